@@ -1,0 +1,53 @@
+// GENERATED FILE, DO NOT EDIT.
+// copy of kda_det.gate.gate-sigmoid.x-fp32.sm_103a by cake migrate
+// record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_103a
+// identity: sha256:dbbcac513b6a6b9f47a4726ef211116a20cd95c5b12cbb05746f7dc720baca51
+// ---- begin cake/gate.cuh ----
+// KDA gate activations, shared by the forward gate stage and (later) its backward.
+
+__device__ __forceinline__ float cake_bf16_bits_to_float(unsigned short bits) {
+    return __uint_as_float(((unsigned int)bits) << 16);
+}
+
+// softplus with torch's threshold: above 20 it is the identity to fp32 rounding.
+__device__ __forceinline__ float cake_softplus(float x) {
+    return x > 20.f ? x : log1pf(expf(x));
+}
+
+__device__ __forceinline__ float cake_sigmoid(float x) {
+    return 1.f / (1.f + expf(-x));
+}
+
+// g = -exp(A_log) * softplus(x + dt_bias)
+__device__ __forceinline__ float cake_gate_softplus(float x, float a_log, float dt_bias) {
+    return -expf(a_log) * cake_softplus(x + dt_bias);
+}
+
+// g = lower_bound * sigmoid(exp(A_log) * (x + dt_bias)), with -5 <= lower_bound < 0
+__device__ __forceinline__ float cake_gate_sigmoid(float x, float a_log, float dt_bias, float lower_bound) {
+    return lower_bound * cake_sigmoid(expf(a_log) * (x + dt_bias));
+}
+// ---- end cake/gate.cuh ----
+
+typedef float x_t;
+
+__device__ __forceinline__ float load_x(const x_t* p) {
+    return *p;
+}
+
+extern "C" __global__ void __launch_bounds__(128) kda_gate(
+    const x_t* __restrict__ x, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
+    float* __restrict__ G, const int* __restrict__ chunks, int H, float lower_bound)
+{
+    const int c = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    const int start = chunks[2 * c], len = chunks[2 * c + 1];
+    const float a_log = A_log[h];
+    const float bias = dt_bias[h * 128 + d];
+    // Sequential over the chunk's rows: the sum order is fixed, so every run gives the same bits.
+    float acc = 0.f;
+    for (int r = 0; r < len; ++r) {
+        const long long i = ((long long)(start + r) * H + h) * 128 + d;
+        acc += cake_gate_sigmoid(load_x(x + i), a_log, bias, lower_bound);
+        G[i] = acc;
+    }
+}

@@ -1,0 +1,82 @@
+"""The declarative variant matrix of every package (generators/packages.toml), as typed data."""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import tomllib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import ConfigError
+from .manifest import Kernel
+from .spec import Arch, Feature, Stage, Variant
+from .tree import Tree
+
+
+class StageSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    template: str  # relative to generators/templates
+    features: tuple[Feature, ...] = ()
+    kernels: tuple[Kernel, ...]
+
+
+class CopySpec(BaseModel):
+    """Copy programs of package `source` whose record key matches one of `records` (fnmatch)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    source: str
+    records: tuple[str, ...]
+
+    def matches(self, record: str) -> bool:
+        return any(fnmatch.fnmatchcase(record, pattern) for pattern in self.records)
+
+
+class PackageSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    archs: tuple[Arch, ...]
+    records: tuple[Variant, ...] = ()
+    copies: tuple[CopySpec, ...] = ()
+
+
+class Matrix(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    generator_revision: int
+    stages: dict[Stage, StageSpec]
+    packages: dict[str, PackageSpec]
+
+    def stage(self, variant: Variant) -> StageSpec:
+        return self.stages[variant.stage]
+
+
+def _expand(record: dict[str, Any]) -> list[Variant]:
+    """A record whose knob is a list stands for one record per value (cartesian product)."""
+    names = list(record)
+    values = [v if isinstance(v, list) else [v] for v in record.values()]
+    return [Variant(**dict(zip(names, combo, strict=True))) for combo in itertools.product(*values)]
+
+
+def load_matrix(tree: Tree) -> Matrix:
+    try:
+        raw = tomllib.loads(tree.matrix.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {tree.rel(tree.matrix)}", found=str(exc)) from None
+    try:
+        for package in raw.get("packages", {}).values():
+            package["records"] = [v for r in package.get("records", []) for v in _expand(r)]
+        matrix = Matrix.model_validate(raw)
+    except (ValidationError, TypeError) as exc:
+        raise ConfigError(f"{tree.rel(tree.matrix)} does not match its schema", found=str(exc)) from None
+    for name, package in matrix.packages.items():
+        keys = [v.key for v in package.records]
+        dup = {k for k in keys if keys.count(k) > 1}
+        if dup:
+            raise ConfigError(f"package {name} declares records twice", found=", ".join(sorted(dup)))
+        missing = {str(v.stage) for v in package.records} - {str(s) for s in matrix.stages}
+        if missing:
+            raise ConfigError(f"package {name} uses undeclared stages", found=", ".join(sorted(missing)))
+        for copy in package.copies:
+            if copy.source not in matrix.packages:
+                raise ConfigError(f"package {name} copies from unknown package {copy.source!r}")
+    return matrix
