@@ -1,0 +1,40 @@
+"""One Python function per KDA stage: pick the record, allocate outputs, launch."""
+
+from __future__ import annotations
+
+import torch
+
+from ..loader import default_loader
+from ..spec import DType, GateForm, Variant, Stage
+from .layout import Layout
+
+PACKAGE = "kda_det"
+
+
+def gate_record(form: GateForm, x_dtype: torch.dtype) -> str:
+    if form is GateForm.g:
+        return Variant(stage=Stage.gate, gate=form).key
+    x = DType.bf16 if x_dtype == torch.bfloat16 else DType.fp32
+    return Variant(stage=Stage.gate, gate=form, x=x).key
+
+
+def gate_cumsum(
+    x: torch.Tensor,
+    layout: Layout,
+    form: GateForm,
+    *,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    lower_bound: float = 0.0,
+    package: str = PACKAGE,
+) -> torch.Tensor:
+    """Γ: the chunk-local inclusive cumsum of the log gate, fp32 [T, H, 128] (x is [T, H, 128])."""
+    T, H, K = x.shape
+    device = x.device
+    G = torch.empty((T, H, K), dtype=torch.float32, device=device)
+    if form is not GateForm.g:
+        A_log = torch.zeros(H, device=device) if A_log is None else A_log
+        dt_bias = torch.zeros(H * K, device=device) if dt_bias is None else dt_bias
+    module = default_loader().module(package, gate_record(form, x.dtype), device.index or 0)
+    module["kda_gate"]((layout.n_chunks, H), x, A_log, dt_bias, G, layout.chunks, H, float(lower_bound))
+    return G
