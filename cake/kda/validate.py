@@ -61,8 +61,6 @@ def check_inputs(
 ) -> Shapes:
     q = _tensor("q", q, (torch.bfloat16,), None)
     dev = q.device
-    if dev.type != "cuda":
-        raise ValueError(f"q must be on a CUDA device, got {dev}")
     k = _tensor("k", k, (torch.bfloat16,), dev)
     v = _tensor("v", v, (torch.bfloat16,), dev)
     gate_dtypes = (torch.float32, torch.bfloat16) if use_gate_in_kernel else (torch.float32,)
@@ -122,6 +120,12 @@ def check_inputs(
     if lower_bound is not None and not (-5.0 <= float(lower_bound) < 0.0):
         raise ValueError(f"lower_bound must be in [-5, 0), got {lower_bound}")
     return Shapes(B, T, H, cu)
+
+
+def check_device(q: torch.Tensor) -> None:
+    """Called after every other check, so each rule can be tested on a machine without a GPU."""
+    if q.device.type != "cuda":
+        raise ValueError(f"q, k, v, g, beta must be on a CUDA device, got {q.device}")
 
 
 def _check_cu_seqlens(cu_seqlens: Any, cu_seqlens_cpu: Any, B: int, T: int) -> tuple[int, ...]:

@@ -1,0 +1,59 @@
+"""The KDA forward as a sequence of program launches: gate cumsum, chunk-parallel stage, state pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..loader import default_loader
+from ..spec import GateForm, L2Norm, Stage, Variant
+from .layout import CHUNK, layout_for
+from .stages import PACKAGE, gate_cumsum
+
+K = V = 128
+BV = 32  # value columns per state-pass block: 1 sequence x 64 heads still fills 256 blocks
+
+
+@dataclass(frozen=True)
+class Config:
+    cu_seqlens: tuple[int, ...]
+    scale: float
+    gate: GateForm
+    l2n: L2Norm
+    beta_sigmoid: bool
+    lower_bound: float
+    store_final_state: bool
+    saved: bool  # disable_recompute: keep what the backward needs
+
+
+def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN001, ANN201
+    B, T_, H, _ = q.shape
+    T = B * T_
+    device = q.device
+    dev = device.index or 0
+    layout = layout_for(config.cu_seqlens, device)
+    N, NC = layout.n_seqs, layout.n_chunks
+    loader = default_loader()
+    chunk = loader.module(PACKAGE, Variant(stage=Stage.fwd_chunk, l2n=config.l2n).key, dev)
+    state = loader.module(PACKAGE, Variant(stage=Stage.fwd_state).key, dev)
+
+    G = gate_cumsum(g.view(T, H, K), layout, config.gate, A_log=A_log, dt_bias=dt_bias, lower_bound=config.lower_bound)
+    beta32 = beta.reshape(T, H).float().contiguous()
+    f32 = dict(dtype=torch.float32, device=device)
+    Aqk = torch.empty((NC, H, CHUNK, CHUNK), **f32)
+    W = torch.empty((NC, H, CHUNK, K), **f32)
+    U = torch.empty((NC, H, CHUNK, V), **f32)
+    Qg = torch.empty((NC, H, CHUNK, K), **f32)
+    Kd = torch.empty((NC, H, CHUNK, K), **f32)
+    gl = torch.empty((NC, H, K), **f32)
+    chunk["kda_fwd_chunk"](
+        (NC, H), q, k, v, beta32, G, layout.chunks, Aqk, W, U, Qg, Kd, gl, H, int(config.beta_sigmoid), config.scale
+    )
+    o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device)
+    ht = torch.empty((N, H, K, V), **f32) if config.store_final_state else None
+    state["kda_fwd_state"](
+        (V // BV, H, N), W, U, Qg, Kd, Aqk, gl, layout.chunks, layout.seq_chunks, h0, o, ht, None,
+        H, int(h0 is not None), int(ht is not None),
+    )
+    return o, ht
