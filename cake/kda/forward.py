@@ -12,7 +12,7 @@ from .layout import CHUNK, layout_for
 from .stages import PACKAGE, gate_cumsum
 
 K = V = 128
-BV = 32  # value columns per state-pass block: 1 sequence x 64 heads still fills 256 blocks
+BV = 64  # value columns per state-pass block (the fwd_state template says why)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
     W = torch.empty((NC, H, CHUNK, K), **f32)
     U = torch.empty((NC, H, CHUNK, V), **f32)
     Qg = torch.empty((NC, H, CHUNK, K), **f32)
-    Kd = torch.empty((NC, H, CHUNK, K), **f32)
+    Kd = torch.empty((NC, H, K, CHUNK), **f32)  # transposed: the state pass reads Kd^T rows
     gl = torch.empty((NC, H, K), **f32)
     chunk["kda_fwd_chunk"](
         (NC, H), q, k, v, beta32, G, layout.chunks, Aqk, W, U, Qg, Kd, gl, H, int(config.beta_sigmoid), config.scale
