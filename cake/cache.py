@@ -19,7 +19,8 @@ from .compile import FLAGS, Resources
 from .manifest import Entry
 from .spec import Version
 
-MAGIC = b"CAKECUBIN1\n"
+# Version 2: the digest covers the resource metadata as well as the cubin.
+MAGIC = b"CAKECUBIN2\n"
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,13 @@ class Blob:
     resources: dict[str, Resources]
 
 
+def _digest(resources: dict, cubin: bytes) -> str:
+    return identity.sha256_hex(identity.canonical_json(resources) + b"\n" + cubin)
+
+
 def encode(blob: Blob) -> bytes:
-    meta = {
-        "sha256": identity.sha256_hex(blob.cubin),
-        "resources": {k: asdict(v) for k, v in sorted(blob.resources.items())},
-    }
+    resources = {k: asdict(v) for k, v in sorted(blob.resources.items())}
+    meta = {"sha256": _digest(resources, blob.cubin), "resources": resources}
     return MAGIC + json.dumps(meta, sort_keys=True).encode() + b"\n" + blob.cubin
 
 
@@ -45,11 +48,10 @@ def decode(data: bytes) -> Blob | None:
         return None
     try:
         meta = json.loads(head)
+        if _digest(meta["resources"], payload) != meta["sha256"]:
+            return None
         resources = {k: Resources(**v) for k, v in meta["resources"].items()}
-        digest = meta["sha256"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    if identity.sha256_hex(payload) != digest:
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
     return Blob(payload, resources)
 
@@ -124,7 +126,11 @@ class Bundle:
 
     def get(self, entry: Entry) -> Blob | None:
         row = self._index().get(entry.program)
-        if not row or row["identity"] != entry.identity or row["source_digest"] != entry.source_digest:
+        if (
+            not row
+            or row["identity"] != entry.identity
+            or row["source_digest"] != entry.source_digest
+        ):
             return None
         if row["flags"] != list(FLAGS):
             return None

@@ -20,7 +20,9 @@ def _tree(args: argparse.Namespace) -> Tree:
 def cmd_render(args: argparse.Namespace) -> int:
     from .render import render
 
-    return _report_changes(render(_tree(args), args.package or None, check=args.check), args.check, "render")
+    return _report_changes(
+        render(_tree(args), args.package or None, check=args.check), args.check, "render"
+    )
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -31,9 +33,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 def _report_changes(changes: list, check: bool, verb: str) -> int:
     for c in changes:
-        print(f"{'stale' if check else 'wrote'}: {c.path}" if c.action == "write" else f"{'would delete' if check else 'deleted'}: {c.path}")
+        print(
+            f"{'stale' if check else 'wrote'}: {c.path}"
+            if c.action == "write"
+            else f"{'would delete' if check else 'deleted'}: {c.path}"
+        )
     if check and changes:
-        raise StaleTree(f"{len(changes)} file(s) are out of date", fix=f"run `cake {verb}` and commit the result")
+        raise StaleTree(
+            f"{len(changes)} file(s) are out of date",
+            fix=f"run `cake {verb}` and commit the result",
+        )
     if not changes:
         print(f"cake {verb}: up to date")
     return 0
@@ -56,11 +65,15 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     archs = [Arch(a) for a in args.arch] if args.arch else list(Arch)
     start = time.perf_counter()
-    built = build(_tree(args), archs, args.package or None, Path(args.out) if args.out else None, args.jobs)
+    built = build(
+        _tree(args), archs, args.package or None, Path(args.out) if args.out else None, args.jobs
+    )
     print(report(built))
     compiled = sum(b.how == "compiled" for b in built)
     where = f"bundle {args.out}" if args.out else f"cache {env.cache_dir()}"
-    print(f"cake build: {len(built)} programs ({compiled} compiled) into {where} in {time.perf_counter() - start:.1f} s")
+    print(
+        f"cake build: {len(built)} programs ({compiled} compiled) into {where} in {time.perf_counter() - start:.1f} s"
+    )
     return 0
 
 
@@ -82,14 +95,22 @@ def parser() -> argparse.ArgumentParser:
     m = sub.add_parser("migrate", help="refresh the programs packages copy from each other")
     m.add_argument("--check", action="store_true", help="write nothing; fail if any copy is stale")
     m.set_defaults(func=cmd_migrate)
-    sub.add_parser("verify", help="recompute digests and identities; report violations").set_defaults(func=cmd_verify)
+    sub.add_parser(
+        "verify", help="recompute digests and identities; report violations"
+    ).set_defaults(func=cmd_verify)
     b = sub.add_parser("build", help="compile programs ahead of time into the cache or a bundle")
-    b.add_argument("--arch", action="append", choices=[a.value for a in Arch], help="repeatable; default all")
+    b.add_argument(
+        "--arch", action="append", choices=[a.value for a in Arch], help="repeatable; default all"
+    )
     b.add_argument("--package", action="append", help="only this package (repeatable)")
     b.add_argument("--out", help="write a relocatable bundle here (use it with CAKE_BUNDLE_DIR)")
-    b.add_argument("--jobs", type=int, default=0, help="parallel compiles (default CAKE_JOBS or #cores)")
+    b.add_argument(
+        "--jobs", type=int, default=0, help="parallel compiles (default CAKE_JOBS or #cores)"
+    )
     b.set_defaults(func=cmd_build)
-    sub.add_parser("doctor", help="what this machine is, and what each record would select").set_defaults(func=cmd_doctor)
+    sub.add_parser(
+        "doctor", help="what this machine is, and what each record would select"
+    ).set_defaults(func=cmd_doctor)
     return p
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from . import env
+from .compile import nvrtc_version
 from .errors import CakeError, DeviceError
 from .machine import driver_version, facts_for, gpus
-from .compile import nvrtc_version
 from .manifest import load as load_manifest
 from .resolve import select
 from .tree import Tree
@@ -31,10 +31,14 @@ def doctor(tree: Tree) -> int:
     failures = 0
     for gpu in found:
         facts = facts_for(gpu)
-        print(f"GPU {gpu.index}       : {gpu.name}, capability {gpu.capability[0]}.{gpu.capability[1]}")
+        print(
+            f"GPU {gpu.index}       : {gpu.name}, capability {gpu.capability[0]}.{gpu.capability[1]}"
+        )
         for package, record in records:
             try:
-                print(f"  {package}/{record}: {select(manifest, package, record, facts).entry.program}")
+                print(
+                    f"  {package}/{record}: {select(manifest, package, record, facts).entry.program}"
+                )
             except CakeError as exc:
                 failures += 1
                 print(f"  {package}/{record}: NONE ({exc.one_line()})")

@@ -50,7 +50,9 @@ def get_int(name: str) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"{name} is not an integer", expected="an integer", found=repr(raw)) from None
+        raise ConfigError(
+            f"{name} is not an integer", expected="an integer", found=repr(raw)
+        ) from None
 
 
 def get_str(name: str) -> str:

@@ -24,6 +24,19 @@ class CakeError(Exception):
         return "; ".join(parts)
 
 
+def validation_summary(exc: Exception) -> str:
+    """A pydantic ValidationError as one line (`loc: msg (got input)` per error); its str() spans
+    many lines, and the CLI promises one."""
+    errors = getattr(exc, "errors", None)
+    if errors is None:
+        return " ".join(str(exc).split())
+    parts = []
+    for err in errors():
+        loc = ".".join(map(str, err.get("loc", ()))) or "value"
+        parts.append(f"{loc}: {err.get('msg', '')} (got {err.get('input')!r})")
+    return "; ".join(parts)
+
+
 class ConfigError(CakeError):
     """A CAKE_* variable, a package matrix or a command-line value is malformed."""
 
@@ -77,15 +90,16 @@ class CompileError(CakeError):
 
 
 class OfflineMiss(CakeError):
-    """CAKE_OFFLINE=1 and some programs are neither cached nor in a bundle."""
+    """Compiling is forbidden (CAKE_OFFLINE=1) or impossible (no NVRTC), and some programs are
+    neither cached nor in a bundle."""
 
-    def __init__(self, programs: list[str]) -> None:
+    def __init__(self, programs: list[str], why: str = "CAKE_OFFLINE=1 forbids compiling") -> None:
         self.programs = programs
+        self.why = why
         super().__init__(
-            f"CAKE_OFFLINE=1 forbids compiling, and {len(programs)} program(s) are not cached: "
-            + ", ".join(programs),
+            f"{why}, and {len(programs)} program(s) are not cached: " + ", ".join(programs),
             fix="run `cake build --arch ARCH` on a machine with NVRTC and point CAKE_BUNDLE_DIR "
-            "at the bundle, or unset CAKE_OFFLINE",
+            "at the bundle, or unset CAKE_OFFLINE / install NVRTC",
         )
 
 

@@ -10,7 +10,12 @@ from .machine import _call, init_driver
 from .manifest import Entry, Kernel
 from .spec import ArgType
 
-_CTYPES = {ArgType.ptr: ctypes.c_void_p, ArgType.i32: ctypes.c_int32, ArgType.i64: ctypes.c_int64, ArgType.f32: ctypes.c_float}
+_CTYPES = {
+    ArgType.ptr: ctypes.c_void_p,
+    ArgType.i32: ctypes.c_int32,
+    ArgType.i64: ctypes.c_int64,
+    ArgType.f32: ctypes.c_float,
+}
 _SMEM_DEFAULT_LIMIT = 48 * 1024
 
 
@@ -33,12 +38,22 @@ class Function:
         self.entry = entry
         self.meta = meta
         try:
-            self.handle = _call(driver, driver.cuModuleGetFunction(module, meta.symbol.encode()), "cuModuleGetFunction")
+            self.handle = _call(
+                driver,
+                driver.cuModuleGetFunction(module, meta.symbol.encode()),
+                "cuModuleGetFunction",
+            )
         except Exception as exc:
-            raise LaunchError(f"{entry.program} has no kernel {meta.symbol}", found=str(exc)) from None
+            raise LaunchError(
+                f"{entry.program} has no kernel {meta.symbol}", found=str(exc)
+            ) from None
         if meta.smem > _SMEM_DEFAULT_LIMIT:
             attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            _call(driver, driver.cuFuncSetAttribute(self.handle, attr, meta.smem), "cuFuncSetAttribute")
+            _call(
+                driver,
+                driver.cuFuncSetAttribute(self.handle, attr, meta.smem),
+                "cuFuncSetAttribute",
+            )
 
     def _pack(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         if len(args) != len(self.meta.args):
@@ -49,12 +64,16 @@ class Function:
         values = []
         for i, (kind, arg) in enumerate(zip(self.meta.args, args, strict=True)):
             if kind is ArgType.ptr:
-                values.append(0 if arg is None else arg.data_ptr() if hasattr(arg, "data_ptr") else int(arg))
+                values.append(
+                    0 if arg is None else arg.data_ptr() if hasattr(arg, "data_ptr") else int(arg)
+                )
             elif kind is ArgType.f32:
                 values.append(float(arg))
             else:
                 if not isinstance(arg, int) or isinstance(arg, bool):
-                    raise LaunchError(f"{self.meta.symbol} argument {i} must be an int", found=repr(arg))
+                    raise LaunchError(
+                        f"{self.meta.symbol} argument {i} must be an int", found=repr(arg)
+                    )
                 values.append(arg)
         return tuple(values), tuple(_CTYPES[k] for k in self.meta.args)
 
@@ -68,10 +87,22 @@ class Function:
             stream = torch.cuda.current_stream().cuda_stream
         driver = init_driver()
         err = driver.cuLaunchKernel(
-            self.handle, gx, gy, gz, self.meta.threads, 1, 1, self.meta.smem, stream, self._pack(args), 0
+            self.handle,
+            gx,
+            gy,
+            gz,
+            self.meta.threads,
+            1,
+            1,
+            self.meta.smem,
+            stream,
+            self._pack(args),
+            0,
         )[0]
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise LaunchError(f"launch of {self.entry.program}:{self.meta.symbol} failed", found=str(err))
+            raise LaunchError(
+                f"launch of {self.entry.program}:{self.meta.symbol} failed", found=str(err)
+            )
 
 
 class Module:

@@ -43,15 +43,22 @@ def obtain(
         return Obtained(blob, "cache")
     if bundle is not None and (blob := bundle.get(entry)) is not None:
         return Obtained(blob, "bundle")
-    if offline or key is None:
+    if offline:
         raise OfflineMiss([entry.program])
+    if key is None:
+        raise OfflineMiss([entry.program], why="there is no NVRTC here to compile with")
     with cache.lock(key):
         if (blob := cache.get(key)) is not None:
             return Obtained(blob, "cache")  # another process compiled it while we waited
         source = read_source(tree, entry)
         start = time.perf_counter()
         if progress:
-            print(f"cake: compiling {entry.program} with NVRTC {nvrtc} ...", end="", file=sys.stderr, flush=True)
+            print(
+                f"cake: compiling {entry.program} with NVRTC {nvrtc} ...",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
         compiled = compile_source(source, entry.arch, entry.program)
         if progress:
             print(f" {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
@@ -103,7 +110,8 @@ class Loader:
         """Select and obtain several records at once, so an offline miss names them all."""
         facts = self.facts(device)
         entries = [self.decide(p, r, device).entry for p, r in wanted]
-        missing = []
+        missing: list[str] = []
+        why = ""
         for entry in entries:
             if (device, entry.program) in self._modules:
                 continue
@@ -111,8 +119,9 @@ class Loader:
                 self._obtain(entry, facts)
             except OfflineMiss as exc:
                 missing += exc.programs
+                why = exc.why
         if missing:
-            raise OfflineMiss(missing)
+            raise OfflineMiss(missing, why)
         return entries
 
     def _obtain(self, entry: Entry, facts: Facts) -> Obtained:

@@ -22,7 +22,9 @@ def _driver():  # noqa: ANN202 - module object
     try:
         from cuda.bindings import driver
     except ImportError as exc:
-        raise DeviceError("cuda-bindings is not installed", found=str(exc), fix="pip install cuda-bindings") from None
+        raise DeviceError(
+            "cuda-bindings is not installed", found=str(exc), fix="pip install cuda-bindings"
+        ) from None
     return driver
 
 
@@ -56,8 +58,16 @@ def gpus() -> list[Gpu]:
     attr = driver.CUdevice_attribute
     for i in range(_call(driver, driver.cuDeviceGetCount(), "cuDeviceGetCount")):
         dev = _call(driver, driver.cuDeviceGet(i), "cuDeviceGet")
-        major = _call(driver, driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "attr")
-        minor = _call(driver, driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "attr")
+        major = _call(
+            driver,
+            driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev),
+            "attr",
+        )
+        minor = _call(
+            driver,
+            driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev),
+            "attr",
+        )
         name = _call(driver, driver.cuDeviceGetName(256, dev), "cuDeviceGetName")
         out.append(Gpu(i, name.split(b"\x00")[0].decode(), (major, minor)))
     return out
@@ -70,7 +80,9 @@ def arch_override() -> Arch | None:
     try:
         return Arch(raw)
     except ValueError:
-        raise ConfigError("CAKE_ARCH names no arch", expected=", ".join(a.value for a in Arch), found=raw) from None
+        raise ConfigError(
+            "CAKE_ARCH names no arch", expected=", ".join(a.value for a in Arch), found=raw
+        ) from None
 
 
 def facts_for(gpu: Gpu) -> Facts:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -65,7 +66,7 @@ class Manifest(BaseModel):
         return json.dumps(data, indent=2) + "\n"
 
 
-def _sort_keys(obj: object) -> object:
+def _sort_keys(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {k: _sort_keys(obj[k]) for k in sorted(obj)}
     if isinstance(obj, list):

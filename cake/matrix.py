@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .errors import ConfigError
+from .errors import ConfigError, validation_summary
 from .manifest import Kernel
 from .spec import Arch, Feature, Stage, Variant
 from .tree import Tree
@@ -66,16 +66,22 @@ def load_matrix(tree: Tree) -> Matrix:
         for package in raw.get("packages", {}).values():
             package["records"] = [v for r in package.get("records", []) for v in _expand(r)]
         matrix = Matrix.model_validate(raw)
-    except (ValidationError, TypeError) as exc:
-        raise ConfigError(f"{tree.rel(tree.matrix)} does not match its schema", found=str(exc)) from None
+    except (ValidationError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"{tree.rel(tree.matrix)} does not match its schema", found=validation_summary(exc)
+        ) from None
     for name, package in matrix.packages.items():
         keys = [v.key for v in package.records]
         dup = {k for k in keys if keys.count(k) > 1}
         if dup:
-            raise ConfigError(f"package {name} declares records twice", found=", ".join(sorted(dup)))
+            raise ConfigError(
+                f"package {name} declares records twice", found=", ".join(sorted(dup))
+            )
         missing = {str(v.stage) for v in package.records} - {str(s) for s in matrix.stages}
         if missing:
-            raise ConfigError(f"package {name} uses undeclared stages", found=", ".join(sorted(missing)))
+            raise ConfigError(
+                f"package {name} uses undeclared stages", found=", ".join(sorted(missing))
+            )
         for copy in package.copies:
             if copy.source not in matrix.packages:
                 raise ConfigError(f"package {name} copies from unknown package {copy.source!r}")

@@ -66,7 +66,9 @@ def inline_headers(text: str, tree: Tree, used: dict[str, bytes]) -> str:
             raise RenderError(f"missing header {name}", expected=f"a file {tree.rel(path)}")
         data = path.read_bytes()
         used[name] = data
-        body = "".join(ln for ln in data.decode().splitlines(keepends=True) if not _PRAGMA_ONCE.match(ln))
+        body = "".join(
+            ln for ln in data.decode().splitlines(keepends=True) if not _PRAGMA_ONCE.match(ln)
+        )
         out.append(f"// ---- begin {name} ----\n")
         out.append(inline_headers(body, tree, used))
         out.append(f"// ---- end {name} ----\n")
@@ -96,7 +98,9 @@ def body_of(text: str) -> str:
     return "".join(text.splitlines(keepends=True)[HEADER_LINES:])
 
 
-def render_program(tree: Tree, matrix: Matrix, package: str, variant: Variant, arch: Arch) -> Rendered:
+def render_program(
+    tree: Tree, matrix: Matrix, package: str, variant: Variant, arch: Arch
+) -> Rendered:
     stage = matrix.stage(variant)
     params = {**variant.template_params(), "arch": str(arch)}
     try:
@@ -109,7 +113,11 @@ def render_program(tree: Tree, matrix: Matrix, package: str, variant: Variant, a
         ) from None
     used: dict[str, bytes] = {}
     body = inline_headers(raw, tree, used)
-    files = {f"{tree.rel(tree.templates)}/{stage.template}": (tree.templates / stage.template).read_bytes()}
+    files = {
+        f"{tree.rel(tree.templates)}/{stage.template}": (
+            tree.templates / stage.template
+        ).read_bytes()
+    }
     files.update({f"{tree.rel(tree.include)}/{name}": data for name, data in used.items()})
     files.update({path: (tree.root / path).read_bytes() for path in GENERATOR_CODE})
     ident = identity.identity_closure(
@@ -130,7 +138,10 @@ def render_program(tree: Tree, matrix: Matrix, package: str, variant: Variant, a
         generator_revision=matrix.generator_revision,
         kernels=stage.kernels,
     )
-    text = _header(partial, f"generator: cake render from generators/templates/{stage.template}") + body
+    text = (
+        _header(partial, f"generator: cake render from generators/templates/{stage.template}")
+        + body
+    )
     entry = partial.model_copy(update={"source_digest": identity.digest_bytes(text.encode())})
     return Rendered(entry, text)
 
@@ -159,7 +170,9 @@ def plan_migrate(tree: Tree, matrix: Matrix, manifest: Manifest) -> list[Rendere
                     continue
                 src_text = (tree.root / src.source).read_text()
                 program = program_name(name, src.record, src.arch)
-                own_min = min_cuda(src.arch, list(matrix.stages[Variant.parse(src.record).stage].features))
+                own_min = min_cuda(
+                    src.arch, list(matrix.stages[Variant.parse(src.record).stage].features)
+                )
                 partial = src.model_copy(
                     update={
                         "program": program,
@@ -170,15 +183,20 @@ def plan_migrate(tree: Tree, matrix: Matrix, manifest: Manifest) -> list[Rendere
                         ),
                         "min_cuda": str(max(own_min, Version.parse(src.min_cuda))),
                         "copy_of": CopyOf(
-                            program=src.program, identity=src.identity, source_digest=src.source_digest
+                            program=src.program,
+                            identity=src.identity,
+                            source_digest=src.source_digest,
                         ),
                     }
                 )
-                text = _header(partial, f"copy of {src.program} by cake migrate") + body_of(src_text)
-                entry = partial.model_copy(update={"source_digest": identity.digest_bytes(text.encode())})
+                text = _header(partial, f"copy of {src.program} by cake migrate") + body_of(
+                    src_text
+                )
+                entry = partial.model_copy(
+                    update={"source_digest": identity.digest_bytes(text.encode())}
+                )
                 out.append(Rendered(entry, text))
     return out
-
 
 
 # ---------------------------------------------------------------- writing only what changed
@@ -229,7 +247,9 @@ def render(tree: Tree, packages: list[str] | None = None, check: bool = False) -
     matrix = load_matrix(tree)
     unknown = set(packages or []) - set(matrix.packages)
     if unknown:
-        raise RenderError(f"unknown package(s) {', '.join(sorted(unknown))}", expected=", ".join(matrix.packages))
+        raise RenderError(
+            f"unknown package(s) {', '.join(sorted(unknown))}", expected=", ".join(matrix.packages)
+        )
     manifest = load_manifest(tree.manifest)
     rendered = plan_render(tree, matrix, packages)
     mine = {r.entry.program for r in rendered}

@@ -21,7 +21,11 @@ class Facts:
 
     def describe(self) -> str:
         cc = f"{self.capability[0]}.{self.capability[1]}"
-        parts = [f"capability {cc}", f"driver CUDA {self.driver or 'unknown'}", f"NVRTC {self.nvrtc or 'absent'}"]
+        parts = [
+            f"capability {cc}",
+            f"driver CUDA {self.driver or 'unknown'}",
+            f"NVRTC {self.nvrtc or 'absent'}",
+        ]
         if self.arch_override:
             parts.append(f"CAKE_ARCH={self.arch_override}")
         return ", ".join(parts)

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from functools import total_ordering
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from .errors import ConfigError
-
-
-class StrEnum(str, Enum):
-    def __str__(self) -> str:
-        return self.value
+from .errors import ConfigError, validation_summary
 
 
 @total_ordering
@@ -30,7 +25,9 @@ class Version(BaseModel):
             major, minor = text.strip().split(".")[:2]
             return cls(major=int(major), minor=int(minor))
         except ValueError:
-            raise ConfigError("bad CUDA version", expected="MAJOR.MINOR", found=repr(text)) from None
+            raise ConfigError(
+                "bad CUDA version", expected="MAJOR.MINOR", found=repr(text)
+            ) from None
 
     @classmethod
     def from_int(cls, value: int) -> Version:
@@ -169,7 +166,7 @@ class Variant(BaseModel):
         try:
             variant = cls(**fields)
         except ValueError as exc:
-            raise ConfigError(f"bad record key {key!r}", found=str(exc).splitlines()[0]) from None
+            raise ConfigError(f"bad record key {key!r}", found=validation_summary(exc)) from None
         if variant.key != key:
             raise ConfigError(f"record key {key!r} is not canonical", expected=variant.key)
         return variant

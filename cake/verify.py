@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from . import identity
 from .errors import CakeError
@@ -15,7 +15,7 @@ from .spec import Version
 from .tree import Tree
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     missing_file = "missing-file"  # an entry's artifact does not exist
     unknown_file = "unknown-file"  # an artifact no entry names
     digest_mismatch = "digest-mismatch"  # an artifact's bytes differ from its entry's digest
@@ -24,9 +24,6 @@ class Kind(str, Enum):
     unknown_entry = "unknown-entry"  # build.json names a program the matrix does not declare
     copy_out_of_sync = "copy-out-of-sync"  # a copy no longer matches its source program
     copy_min_cuda = "copy-min-cuda"  # a copy's min_cuda is below its source's
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -52,7 +49,9 @@ def verify(tree: Tree) -> list[Violation]:
     for name, want in expected.items():
         have = entries.get(name)
         if have is None:
-            out.append(Violation(Kind.missing_entry, name, "declared by the matrix; run `cake render`"))
+            out.append(
+                Violation(Kind.missing_entry, name, "declared by the matrix; run `cake render`")
+            )
         elif have.identity != want.identity or have.min_cuda != want.min_cuda:
             out.append(
                 Violation(
@@ -60,6 +59,25 @@ def verify(tree: Tree) -> list[Violation]:
                     name,
                     f"build.json has {have.identity[:19]}… (min_cuda {have.min_cuda}), the tree gives "
                     f"{want.identity[:19]}… (min_cuda {want.min_cuda}); run `cake render`",
+                )
+            )
+        elif have.source_digest != want.source_digest:
+            # The file may match build.json, but both were edited by hand: a render differs.
+            out.append(
+                Violation(
+                    Kind.digest_mismatch,
+                    name,
+                    f"build.json says {have.source_digest[:19]}…, a render of the tree gives "
+                    f"{want.source_digest[:19]}…; run `cake render`",
+                )
+            )
+        elif have != want:
+            fields = sorted(f for f in Entry.model_fields if getattr(have, f) != getattr(want, f))
+            out.append(
+                Violation(
+                    Kind.stale_identity,
+                    name,
+                    f"build.json differs from the matrix in {', '.join(fields)}; run `cake render`",
                 )
             )
 
@@ -70,15 +88,19 @@ def verify(tree: Tree) -> list[Violation]:
             continue
         out += _check_copy(tree, entry, entries)
 
+    planned_copies: set[str] | None
     try:
         planned_copies = {r.entry.program for r in plan_migrate(tree, matrix, manifest)}
     except (OSError, CakeError):
-        planned_copies = set()  # a missing source file is already reported above
-    for entry in manifest.entries:
-        if entry.copy_of is not None and entry.program not in planned_copies and planned_copies:
-            out.append(Violation(Kind.unknown_entry, entry.program, "no copy map declares it"))
-    for name in sorted(planned_copies - set(entries)):
-        out.append(Violation(Kind.missing_entry, name, "declared by a copy map; run `cake migrate`"))
+        planned_copies = None  # a missing source file is already reported above
+    if planned_copies is not None:
+        for entry in manifest.entries:
+            if entry.copy_of is not None and entry.program not in planned_copies:
+                out.append(Violation(Kind.unknown_entry, entry.program, "no copy map declares it"))
+        for name in sorted(planned_copies - set(entries)):
+            out.append(
+                Violation(Kind.missing_entry, name, "declared by a copy map; run `cake migrate`")
+            )
 
     referenced = {e.source for e in manifest.entries}
     for path in sorted(artifact_files(tree) - referenced):
@@ -102,13 +124,33 @@ def _check_file(tree: Tree, entry: Entry) -> list[Violation]:
     return []
 
 
+# What a copy must share with its source: it is the same program under another name.
+_SHARED_WITH_SOURCE = ("record", "arch", "template", "generator_revision", "kernels")
+
+
 def _check_copy(tree: Tree, entry: Entry, entries: dict[str, Entry]) -> list[Violation]:
     assert entry.copy_of is not None
     out = []
     source = entries.get(entry.copy_of.program)
     if source is None:
-        return [Violation(Kind.copy_out_of_sync, entry.program, f"source {entry.copy_of.program} is gone")]
-    if source.identity != entry.copy_of.identity or source.source_digest != entry.copy_of.source_digest:
+        return [
+            Violation(
+                Kind.copy_out_of_sync, entry.program, f"source {entry.copy_of.program} is gone"
+            )
+        ]
+    differ = [f for f in _SHARED_WITH_SOURCE if getattr(entry, f) != getattr(source, f)]
+    if differ:
+        out.append(
+            Violation(
+                Kind.copy_out_of_sync,
+                entry.program,
+                f"differs from {source.program} in {', '.join(differ)}; run `cake migrate`",
+            )
+        )
+    if (
+        source.identity != entry.copy_of.identity
+        or source.source_digest != entry.copy_of.source_digest
+    ):
         out.append(
             Violation(
                 Kind.copy_out_of_sync,
@@ -118,8 +160,16 @@ def _check_copy(tree: Tree, entry: Entry, entries: dict[str, Entry]) -> list[Vio
         )
     else:
         mine, theirs = tree.root / entry.source, tree.root / source.source
-        if mine.is_file() and theirs.is_file() and body_of(mine.read_text()) != body_of(theirs.read_text()):
-            out.append(Violation(Kind.copy_out_of_sync, entry.program, f"body differs from {source.program}"))
+        if (
+            mine.is_file()
+            and theirs.is_file()
+            and body_of(mine.read_text()) != body_of(theirs.read_text())
+        ):
+            out.append(
+                Violation(
+                    Kind.copy_out_of_sync, entry.program, f"body differs from {source.program}"
+                )
+            )
     if Version.parse(entry.min_cuda) < Version.parse(source.min_cuda):
         out.append(
             Violation(

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_100a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_100a
-// identity: sha256:b9d39052467f02c1f8e12dc6587ca80beae45f89cb7f53317508f4b10beb5cd0
+// identity: sha256:7f2c793ad86014c8731e597ac9b5bf6c2e6c246cfb47df0dcfe7ec56eb0597fd
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_103a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_103a
-// identity: sha256:4dda434a09a6fb4f6158e35a4e6e21695d992f8945dac0302c0212feede499d1
+// identity: sha256:0fc11765a7459017611e4e8133fb7d241034d8ceb98e3280f6a5d09bb94dc0ec
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_90 by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_90
-// identity: sha256:e779295f575d277a2adaf37a795e79aaf3c6e9dec03eaaac705198e2768c7131
+// identity: sha256:042233f37fe0f2f028d713a7bfe1af3f2a38f601805014b88c9473919c50867f
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_90a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_90a
-// identity: sha256:6531a8d5ec7aa27bf2891e9e69ea97df94cf779707230bc3e1caa4868614b3ff
+// identity: sha256:156a3ee14deef24514e4db590fb1d46feb6fb5d2201a21e6d4b2f7b1239ca64c
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

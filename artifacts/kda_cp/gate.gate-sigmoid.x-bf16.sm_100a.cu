@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_100a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_100a
-// identity: sha256:e673ae3f5aa5ea015a36ab4e0a9095d7dbbd96a44defb4449e93fee01e63bf4e
+// identity: sha256:b9758ee2d2842ab90c637f9355ee175cb87e4b1236596834d4974503c43f440d
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_103a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_103a
-// identity: sha256:52a311a3f68d0c93084f7cdbee21cb80527f0d16a9434a7303e0d3408c02331e
+// identity: sha256:0b05bc8ccb2d1fbddef6ff9c2cc1843f04fbf661f843b38842545d189d2b701e
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

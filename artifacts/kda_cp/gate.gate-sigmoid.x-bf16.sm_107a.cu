@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_107a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_107a
-// identity: sha256:14c80e63b4a9d2a834cba3bffa77d817bb672840e58706d3a774c583e9c5db55
+// identity: sha256:f5a2527ae098cf20f5b40586b9dddd4d7b3cb75de8cb902bd4a28cf928f68c3f
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_90a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_90a
-// identity: sha256:3ae18879b736cf8664a42824363874cd75e55048c04ee72bcef6e7b86af8fd80
+// identity: sha256:321ddc6fe41832c46064587785605997afb3e4b51e879c2f750e528120bbfe55
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_103a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_103a
-// identity: sha256:dbbcac513b6a6b9f47a4726ef211116a20cd95c5b12cbb05746f7dc720baca51
+// identity: sha256:f4ca80ef0b088072919746beb779a6449097d160b0851045e09cae09c5e8c6ab
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_90 by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_90
-// identity: sha256:538741f9619c03db4e3357e6318d2a274c300f0aeeeb9a4c878c927d8ea61953
+// identity: sha256:f8aef44693e4ddfa847ff27418de44a89a324649e5c5a19fcb80f97d910823fc
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_90a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_90a
-// identity: sha256:6e6ed3818646869fa4acaf7ac938d2939f047c0b2f7f899cf89738c887a3d2ba
+// identity: sha256:9fdd55f09220739ce7956b31d894483a0ac34b9bf8524c1510ff57e89c427904
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_100a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_100a
-// identity: sha256:84b9ee8e771220bdaf207cabda1661ae018c42be7b08e1b8c44863842e541655
+// identity: sha256:578dd94e2dce3a4b7f9e0541316f322855197953d0256fa1ffd5ab90c4515a3a
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

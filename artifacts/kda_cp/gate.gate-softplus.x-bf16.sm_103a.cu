@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_103a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_103a
-// identity: sha256:57118e39b00bb10dde2a4609767c958cc6a4d94da66d0800d3f125a12a645078
+// identity: sha256:7538261dbfef7389396f786329801b3d8473df05e9c61087c192d1b639860975
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

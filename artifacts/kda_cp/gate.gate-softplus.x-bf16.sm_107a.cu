@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_107a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_107a
-// identity: sha256:21ce2e52e69b5e5ffb8cb9e0e4233b50616c7e1ff84e9b8263bd936e8636daf1
+// identity: sha256:18ac659570bb2ad1f998c561bdf9e0ba4d1a30ebaaae5b5960210a7a49459412
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

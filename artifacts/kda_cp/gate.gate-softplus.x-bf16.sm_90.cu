@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_90 by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_90
-// identity: sha256:e82339848bf4abfa87dc425b45b41d32cd036245b92f8c5957212db302ea1116
+// identity: sha256:b8a8072c86e5dd8dd5881c7daee7b6a17e1ca4b26c564b8b23aa3e1211931ae5
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

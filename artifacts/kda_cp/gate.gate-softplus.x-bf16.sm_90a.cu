@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_90a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_90a
-// identity: sha256:36a8af6489da6af71b9441e7ecfd003f289a359698f54a6d6d99334d63933ff1
+// identity: sha256:e5da17c714236207476289c8444b1c85ff8b72d3ef39d455f0c53de94e1f961f
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

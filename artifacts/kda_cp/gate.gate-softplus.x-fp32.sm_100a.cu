@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_100a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_100a
-// identity: sha256:503db46f1faff0ce69da7e6768d4e3e36a142bbb16670c1b066fe4249be11f14
+// identity: sha256:95af8bb664ab14ed6efd8c74ec80dcde90a0a6abfc05670165fa38161bd968b4
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

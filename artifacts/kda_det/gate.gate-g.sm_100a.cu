@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_100a
-// identity: sha256:0e9651652c6b13c8e648bc1f4d45671bd48a2e4df9ed52c7d7d86a3f8f39061f
+// identity: sha256:c2715165732c49c5cb9ba5c34a04eb4df1dbe5d07c8b5715c83140ac0ec84faf
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

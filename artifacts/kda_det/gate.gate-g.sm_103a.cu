@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_103a
-// identity: sha256:b57cad4786d87fd35e0718e32f579ad20e18bc9c44d1cb7c262314a58513b738
+// identity: sha256:0d74f8c5e3aa0b8c2a1fda66ba0c3c766a2a2c4b3c0c9062f992d22436993890
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

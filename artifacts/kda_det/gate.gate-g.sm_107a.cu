@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_107a
-// identity: sha256:ae67b050780d00d29cc224e54cdf61b9744f2f56711a44d763517739864f3d80
+// identity: sha256:051df63fe795aa0095be781d6c789feab3002d567ef41e3181cd09061ac432ef
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

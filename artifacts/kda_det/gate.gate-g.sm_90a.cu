@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_90a
-// identity: sha256:9f9774e29b5e2155d18d6221538db1d965201179911e03c9990c6e3c3548e68a
+// identity: sha256:8c7738230328b45392d181ebde297f43c7f8cdf1f92d824e2d2770c229228f77
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_90a
-// identity: sha256:86d08570542e60f4f8c4b2a950e135acde2c62dd6cd22287bb5dad705e23e8b5
+// identity: sha256:d0f46cc38a7a44e05ff14aa726f1f6bc6c6e8a2902749c68b9180be0a426a195
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_100a
-// identity: sha256:9ee8d77fcddda9c40c4a922191f3570390ff07d77d9848183ef168a5a49ad399
+// identity: sha256:8aab4df27d32ee7e763d14e5816e5c6b2cab59b55a2b2c53733f9ac8c30856c8
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

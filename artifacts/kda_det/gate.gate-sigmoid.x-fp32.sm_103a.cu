@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_103a
-// identity: sha256:67eb64610afd2fc36a4d34120fae7a14b277cec0c3d2581eb1d694d1f0c451af
+// identity: sha256:acef704577b601f5fe3f1936f4c3d671aa77a591f79394b5411cb7b7c436be90
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_107a
-// identity: sha256:d1c2ad01182f5c605f3578712ba4fea6eaf2236d34d526719d8ecc7c5f5a62c0
+// identity: sha256:aae61180b573cb67a3f758778a7a5e07efc4195a10c1e1a990538aa0d9894c69
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

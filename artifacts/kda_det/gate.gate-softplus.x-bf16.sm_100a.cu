@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_100a
-// identity: sha256:ecf65584f695d1274f93922cf5bed62baa67bce7876400ecacf5c132341c1cdd
+// identity: sha256:830c11b3325e2215a00da307dec20296897c40036f40ff8694a99d0b9834a34e
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_103a
-// identity: sha256:62a455df985c555196d8d1a8b18cea6c33c6518a356488e91f2f0b43749a9ea2
+// identity: sha256:dd3348581d3b19c5346b9cdcefa16e171e06fc180362813429b07f439ded767f
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

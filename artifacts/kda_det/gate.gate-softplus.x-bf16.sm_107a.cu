@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_107a
-// identity: sha256:5c31f7741a8ae93a679d8ab31e8ba9f142ef976886a19fb67487300f6c4ba8f9
+// identity: sha256:0a56443eef7bf8d7beda91cf2af58104aa5d2bf3c760546535c9336a70e8440e
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_90
-// identity: sha256:a3bccfd1bc4cb1f49f3a09501b73b5886b3831e68e4e054c8d0af7fdc1c4d06a
+// identity: sha256:390a0ddb74f988f653fedd3643b8c676bcbe291bb46aa5c106f93e86cf3826d2
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

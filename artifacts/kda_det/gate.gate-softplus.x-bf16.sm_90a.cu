@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_90a
-// identity: sha256:b706975e9748669c8416a1980791c882f705d65bc16d24ad3462d8cc66013a67
+// identity: sha256:9bf0183a6a9a190ef7b9c6e7f3822e116dd4e75fa2b086afff05fe0bb407b543
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_103a
-// identity: sha256:55e2a16c1bbc1d0efcc54372321740c079e10827aa57010f67d38c7893b8c8c3
+// identity: sha256:a0efb77ca10bf2fb220b448b8299874345079cd600fa4e7d2b8294235639b6f8
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

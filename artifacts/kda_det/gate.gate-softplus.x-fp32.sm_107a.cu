@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_107a
-// identity: sha256:03ce87ff3bf0ac75178d8d3f23ad2238242702c42ff1dc67b5434cce65e60a1e
+// identity: sha256:884e78c3161eb4af05ad26959139f2027e8b026a7ac7b5e256582c26e0735a7a
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

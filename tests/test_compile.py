@@ -1,0 +1,116 @@
+"""NVRTC: every program in build.json compiles to a cubin for its own arch, with a ptxas resource
+report for each of its kernels. Programs compile in parallel, once each, in a process pool."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import struct
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+from conftest import REPO, require_nvrtc
+
+from cake.compile import FLAGS, Compiled, compile_source, parse_resources
+from cake.errors import CompileError
+from cake.manifest import Entry
+from cake.manifest import load as load_manifest
+from cake.spec import Arch, Version
+from cake.tree import Tree
+
+ENTRIES = load_manifest(Tree(REPO).manifest).entries
+EM_CUDA = 190
+
+
+def _compile(path: str, arch: Arch, name: str) -> Compiled:
+    return compile_source(Path(path).read_text(), arch, name)
+
+
+@pytest.fixture(scope="session")
+def compiles(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[Compiled]]]:
+    """Submit every program selected in this session to a pool at once; each test waits for its
+    own. Spawned workers: NVRTC state is never shared with a forked parent."""
+    require_nvrtc()
+    wanted = {
+        item.callspec.params["entry"].program  # type: ignore[attr-defined]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_program_compiles"
+    }
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=context) as pool:
+        futures = {
+            e.program: pool.submit(_compile, str(REPO / e.source), e.arch, e.program)
+            for e in ENTRIES
+            if e.program in wanted
+        }
+        yield futures
+        for fut in futures.values():
+            fut.cancel()
+
+
+def elf_sm(cubin: bytes) -> int:
+    """The SM number a CUDA ELF is built for: e_flags bits 0-7 in ELF ABI version 7, bits 8-15
+    from version 8 on (LLVM's EF_CUDA_SM / EF_CUDA_SM_MASK)."""
+    (flags,) = struct.unpack_from("<I", cubin, 48)
+    return (flags >> 8) & 0xFF if cubin[8] >= 8 else flags & 0xFF
+
+
+def test_manifest_has_programs() -> None:
+    assert len(ENTRIES) > 0
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.program)
+def test_program_compiles(entry: Entry, compiles: dict[str, Future[Compiled]]) -> None:
+    nvrtc = require_nvrtc()
+    if nvrtc < Version.parse(entry.min_cuda):
+        pytest.skip(f"NVRTC {nvrtc} is older than {entry.program}'s min_cuda {entry.min_cuda}")
+    compiled = compiles[entry.program].result()
+    cubin = compiled.cubin
+    assert len(cubin) > 64
+    assert cubin[:4] == b"\x7fELF", "NVRTC returned something that is not a cubin"
+    assert cubin[4] == 2, "not a 64-bit ELF"
+    assert struct.unpack_from("<H", cubin, 18)[0] == EM_CUDA
+    assert elf_sm(cubin) == int(str(entry.arch).removeprefix("sm_").rstrip("a"))
+    for kernel in entry.kernels:
+        assert kernel.symbol.encode() in cubin
+        assert kernel.symbol in compiled.resources, f"no ptxas report for {kernel.symbol}"
+        assert compiled.resources[kernel.symbol].registers > 0
+
+
+def test_flags_make_a_cubin_with_a_resource_report() -> None:
+    assert "--ptxas-options=-v" in FLAGS
+    assert not any(f.lstrip("-") == "ptx" for f in FLAGS)
+
+
+def test_bad_source_raises_compile_error_with_the_log() -> None:
+    require_nvrtc()
+    with pytest.raises(CompileError) as info:
+        compile_source(
+            'extern "C" __global__ void k() { undeclared_thing(); }\n', Arch.sm_90a, "bad"
+        )
+    assert "could not compile bad for sm_90a" in str(info.value)
+    assert "undeclared_thing" in str(info.value)
+
+
+PTXAS_LOG = """\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'first' for 'sm_90a'
+ptxas info    : Function properties for first
+ptxas         .     16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 168 registers, used 1 barriers, 33024 bytes smem
+ptxas info    : Compiling entry function 'second' for 'sm_90a'
+ptxas info    : Function properties for second
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 40 registers, used 0 barriers
+"""
+
+
+def test_parse_resources_per_kernel() -> None:
+    res = parse_resources(PTXAS_LOG)
+    assert set(res) == {"first", "second"}
+    first, second = res["first"], res["second"]
+    assert (first.registers, first.stack, first.spill_stores, first.spill_loads) == (168, 16, 8, 4)
+    assert first.smem_static == 33024
+    assert (second.registers, second.smem_static, second.spill_stores) == (40, 0, 0)
