@@ -25,14 +25,24 @@ CASES = {
     "T4096-H4-g-slow-fused": dict(lengths=[4096], regime="slow", l2norm_in_kernel=True),
     "T4096-H4-softplus-off": dict(lengths=[4096], gate="raw"),
     "T4096-H4-sigmoid-lb5-off": dict(lengths=[4096], gate="raw", lower_bound=-5.0),
-    "T4096-H4-sigmoid-lb5-fused": dict(lengths=[4096], gate="raw", lower_bound=-5.0, l2norm_in_kernel=True),
-    "ragged-H4-g-mixed-h0": dict(lengths=[1, 63, 65, 1000, 64, 2], regime="mixed", initial_state=True),
+    "T4096-H4-sigmoid-lb5-fused": dict(
+        lengths=[4096], gate="raw", lower_bound=-5.0, l2norm_in_kernel=True
+    ),
+    "ragged-H4-g-mixed-h0": dict(
+        lengths=[1, 63, 65, 1000, 64, 2], regime="mixed", initial_state=True
+    ),
     "ragged-H4-g-fast-fused-beta-sigmoid": dict(
         lengths=[1000, 1, 65, 63], regime="fast", l2norm_in_kernel=True, beta_sigmoid_in_kernel=True
     ),
-    "many-short-H2-g-mixed": dict(lengths=[3, 1, 7, 64, 65, 1, 128, 5, 33, 1] * 4, heads=2, regime="mixed"),
-    "batch2x300-H3-g-slow-h0": dict(batch=2, seqlen=300, heads=3, regime="slow", initial_state=True),
-    "ragged-H2-g-extreme": dict(lengths=[1, 65, 200], heads=2, regime="extreme", initial_state=True),
+    "many-short-H2-g-mixed": dict(
+        lengths=[3, 1, 7, 64, 65, 1, 128, 5, 33, 1] * 4, heads=2, regime="mixed"
+    ),
+    "batch2x300-H3-g-slow-h0": dict(
+        batch=2, seqlen=300, heads=3, regime="slow", initial_state=True
+    ),
+    "ragged-H2-g-extreme": dict(
+        lengths=[1, 65, 200], heads=2, regime="extreme", initial_state=True
+    ),
 }
 
 
@@ -97,15 +107,19 @@ def test_bitwise_reproducible_over_20_calls():
 def test_pack_invariance(l2n):
     """A sequence's outputs are bitwise the same alone and packed among others."""
     lengths = [77, 1000, 1, 64, 300]
-    packed = make_inputs(lengths=lengths, heads=2, l2norm_in_kernel=l2n, initial_state=True, device="cuda")
+    packed = make_inputs(
+        lengths=lengths, heads=2, l2norm_in_kernel=l2n, initial_state=True, device="cuda"
+    )
     o, ht = chunk_kda(**packed.as_kwargs(), output_final_state=True)
     cu = packed.cu_seqlens.tolist()
     for n in (1, 3):
         s, e = cu[n], cu[n + 1]
         alone = {
             **packed.as_kwargs(),
-            "q": packed.q[:, s:e].contiguous(), "k": packed.k[:, s:e].contiguous(),
-            "v": packed.v[:, s:e].contiguous(), "g": packed.g[:, s:e].contiguous(),
+            "q": packed.q[:, s:e].contiguous(),
+            "k": packed.k[:, s:e].contiguous(),
+            "v": packed.v[:, s:e].contiguous(),
+            "g": packed.g[:, s:e].contiguous(),
             "beta": packed.beta[:, s:e].contiguous(),
             "initial_state": packed.initial_state[n : n + 1].contiguous(),
             "cu_seqlens": torch.tensor([0, e - s], device="cuda"),

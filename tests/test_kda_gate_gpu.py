@@ -19,12 +19,18 @@ LENGTHS = {
 }
 
 
-def reference(x: torch.Tensor, cu: tuple[int, ...], form: GateForm, A_log, dt_bias, lower_bound) -> torch.Tensor:
+def reference(
+    x: torch.Tensor, cu: tuple[int, ...], form: GateForm, A_log, dt_bias, lower_bound
+) -> torch.Tensor:
     x = x.double()
     if form is GateForm.softplus:
-        g = -A_log.double().exp()[None, :, None] * torch.nn.functional.softplus(x + dt_bias.double().view(1, *x.shape[1:]))
+        g = -A_log.double().exp()[None, :, None] * torch.nn.functional.softplus(
+            x + dt_bias.double().view(1, *x.shape[1:])
+        )
     elif form is GateForm.sigmoid:
-        g = lower_bound * torch.sigmoid(A_log.double().exp()[None, :, None] * (x + dt_bias.double().view(1, *x.shape[1:])))
+        g = lower_bound * torch.sigmoid(
+            A_log.double().exp()[None, :, None] * (x + dt_bias.double().view(1, *x.shape[1:]))
+        )
     else:
         g = x
     out = torch.empty_like(g)
@@ -42,8 +48,13 @@ def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("lengths", list(LENGTHS.values()), ids=list(LENGTHS))
 @pytest.mark.parametrize(
     "form,x_dtype",
-    [(GateForm.g, torch.float32), (GateForm.softplus, torch.bfloat16), (GateForm.softplus, torch.float32),
-     (GateForm.sigmoid, torch.bfloat16), (GateForm.sigmoid, torch.float32)],
+    [
+        (GateForm.g, torch.float32),
+        (GateForm.softplus, torch.bfloat16),
+        (GateForm.softplus, torch.float32),
+        (GateForm.sigmoid, torch.bfloat16),
+        (GateForm.sigmoid, torch.float32),
+    ],
     ids=["g", "softplus-bf16", "softplus-fp32", "sigmoid-bf16", "sigmoid-fp32"],
 )
 def test_gate_cumsum_matches_float64(lengths, form, x_dtype):
@@ -84,4 +95,6 @@ def test_gate_cumsum_is_bitwise_reproducible():
     layout = layout_for(cu, torch.device("cuda", 0))
     first = gate_cumsum(x, layout, GateForm.softplus, A_log=A_log, dt_bias=dt_bias)
     for _ in range(5):
-        assert torch.equal(first, gate_cumsum(x, layout, GateForm.softplus, A_log=A_log, dt_bias=dt_bias))
+        assert torch.equal(
+            first, gate_cumsum(x, layout, GateForm.softplus, A_log=A_log, dt_bias=dt_bias)
+        )

@@ -12,9 +12,21 @@ from kda_inputs import make_inputs  # noqa: E402
 
 from cake.kda import chunk_kda  # noqa: E402
 
-for gate, l2n, lb in (("g", False, None), ("g", True, None), ("raw", False, None), ("raw", True, -5.0)):
-    inp = make_inputs(lengths=[1, 63, 65, 130, 0], heads=2, gate=gate, lower_bound=lb,
-                      l2norm_in_kernel=l2n, initial_state=True, device="cuda")
+for gate, l2n, lb in (
+    ("g", False, None),
+    ("g", True, None),
+    ("raw", False, None),
+    ("raw", True, -5.0),
+):
+    inp = make_inputs(
+        lengths=[1, 63, 65, 130, 0],
+        heads=2,
+        gate=gate,
+        lower_bound=lb,
+        l2norm_in_kernel=l2n,
+        initial_state=True,
+        device="cuda",
+    )
     o, ht = chunk_kda(**inp.as_kwargs(), output_final_state=True)
     torch.cuda.synchronize()
     assert torch.isfinite(o).all() and torch.isfinite(ht).all()

@@ -59,7 +59,9 @@ def chunk_kda(
     extra = check_kwargs(kwargs)
     if "transpose_state_layout" in extra:
         if state_v_first:
-            raise ValueError("pass state_v_first or the deprecated transpose_state_layout, not both")
+            raise ValueError(
+                "pass state_v_first or the deprecated transpose_state_layout, not both"
+            )
         state_v_first = bool(extra["transpose_state_layout"])
     check_unsupported(
         allow_neg_eigval=allow_neg_eigval,
@@ -69,16 +71,29 @@ def chunk_kda(
     )
     A_log, dt_bias = extra.get("A_log"), extra.get("dt_bias")
     if safe_gate and use_gate_in_kernel and lower_bound is None:
-        raise ValueError("safe_gate=True with use_gate_in_kernel=True needs lower_bound (as in FLA)")
+        raise ValueError(
+            "safe_gate=True with use_gate_in_kernel=True needs lower_bound (as in FLA)"
+        )
     if initial_state is not None and state_v_first and isinstance(initial_state, torch.Tensor):
         initial_state = initial_state.transpose(-1, -2).contiguous()
     shapes = check_inputs(
-        q, k, v, g, beta, initial_state=initial_state, cu_seqlens=cu_seqlens,
-        cu_seqlens_cpu=cu_seqlens_cpu, use_gate_in_kernel=use_gate_in_kernel,
-        lower_bound=lower_bound, A_log=A_log, dt_bias=dt_bias,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        initial_state=initial_state,
+        cu_seqlens=cu_seqlens,
+        cu_seqlens_cpu=cu_seqlens_cpu,
+        use_gate_in_kernel=use_gate_in_kernel,
+        lower_bound=lower_bound,
+        A_log=A_log,
+        dt_bias=dt_bias,
     )
     if max_num_seqs is not None and max_num_seqs != len(shapes.cu_seqlens) - 1:
-        raise ValueError(f"max_num_seqs={max_num_seqs} but cu_seqlens holds {len(shapes.cu_seqlens) - 1} sequences")
+        raise ValueError(
+            f"max_num_seqs={max_num_seqs} but cu_seqlens holds {len(shapes.cu_seqlens) - 1} sequences"
+        )
     check_device(q)
     if use_gate_in_kernel:
         form = GateForm.sigmoid if lower_bound is not None else GateForm.softplus

@@ -9,7 +9,7 @@ import torch
 from ..loader import default_loader
 from ..spec import GateForm, L2Norm, Stage, Variant
 from .layout import CHUNK, layout_for
-from .stages import PACKAGE, gate_cumsum
+from .stages import PACKAGE, gate_cumsum, gate_record
 
 K = V = 128
 BV = 64  # value columns per state-pass block (the fwd_state template says why)
@@ -27,6 +27,15 @@ class Config:
     saved: bool  # disable_recompute: keep what the backward needs
 
 
+def records(config: Config, g_dtype: torch.dtype) -> list[str]:
+    """The kda_det records one forward call launches, in launch order."""
+    return [
+        gate_record(config.gate, g_dtype),
+        Variant(stage=Stage.fwd_chunk, l2n=config.l2n).key,
+        Variant(stage=Stage.fwd_state).key,
+    ]
+
+
 def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN001, ANN201
     B, T_, H, _ = q.shape
     T = B * T_
@@ -35,10 +44,19 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
     layout = layout_for(config.cu_seqlens, device)
     N, NC = layout.n_seqs, layout.n_chunks
     loader = default_loader()
+    # Select and fetch every program first, so that an offline miss names all of them at once.
+    loader.ensure([(PACKAGE, r) for r in records(config, g.dtype)], dev)
     chunk = loader.module(PACKAGE, Variant(stage=Stage.fwd_chunk, l2n=config.l2n).key, dev)
     state = loader.module(PACKAGE, Variant(stage=Stage.fwd_state).key, dev)
 
-    G = gate_cumsum(g.view(T, H, K), layout, config.gate, A_log=A_log, dt_bias=dt_bias, lower_bound=config.lower_bound)
+    G = gate_cumsum(
+        g.view(T, H, K),
+        layout,
+        config.gate,
+        A_log=A_log,
+        dt_bias=dt_bias,
+        lower_bound=config.lower_bound,
+    )
     beta32 = beta.reshape(T, H).float().contiguous()
     f32 = dict(dtype=torch.float32, device=device)
     Aqk = torch.empty((NC, H, CHUNK, CHUNK), **f32)
@@ -48,12 +66,41 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
     Kd = torch.empty((NC, H, K, CHUNK), **f32)  # transposed: the state pass reads Kd^T rows
     gl = torch.empty((NC, H, K), **f32)
     chunk["kda_fwd_chunk"](
-        (NC, H), q, k, v, beta32, G, layout.chunks, Aqk, W, U, Qg, Kd, gl, H, int(config.beta_sigmoid), config.scale
+        (NC, H),
+        q,
+        k,
+        v,
+        beta32,
+        G,
+        layout.chunks,
+        Aqk,
+        W,
+        U,
+        Qg,
+        Kd,
+        gl,
+        H,
+        int(config.beta_sigmoid),
+        config.scale,
     )
     o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device)
     ht = torch.empty((N, H, K, V), **f32) if config.store_final_state else None
     state["kda_fwd_state"](
-        (V // BV, H, N), W, U, Qg, Kd, Aqk, gl, layout.chunks, layout.seq_chunks, h0, o, ht, None,
-        H, int(h0 is not None), int(ht is not None),
+        (V // BV, H, N),
+        W,
+        U,
+        Qg,
+        Kd,
+        Aqk,
+        gl,
+        layout.chunks,
+        layout.seq_chunks,
+        h0,
+        o,
+        ht,
+        None,
+        H,
+        int(h0 is not None),
+        int(ht is not None),
     )
     return o, ht

@@ -38,5 +38,8 @@ def layout_for(cu_seqlens: tuple[int, ...], device: torch.device) -> Layout:
         for s in range(start, end, CHUNK):
             chunks.append((s, min(CHUNK, end - s)))
         seq_chunks.append((first, len(chunks) - first))
-    as_tensor = lambda rows: torch.tensor(rows or [(0, 0)], dtype=torch.int32).reshape(-1, 2)[: len(rows)]  # noqa: E731
-    return Layout(cu_seqlens, as_tensor(chunks).to(device), as_tensor(seq_chunks).to(device))
+    return Layout(cu_seqlens, _int32_pairs(chunks, device), _int32_pairs(seq_chunks, device))
+
+
+def _int32_pairs(rows: list[tuple[int, int]], device: torch.device) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 2).to(device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..loader import default_loader
-from ..spec import DType, GateForm, Variant, Stage
+from ..spec import DType, GateForm, Stage, Variant
 from .layout import Layout
 
 PACKAGE = "kda_det"
@@ -36,5 +36,7 @@ def gate_cumsum(
         A_log = torch.zeros(H, device=device) if A_log is None else A_log
         dt_bias = torch.zeros(H * K, device=device) if dt_bias is None else dt_bias
     module = default_loader().module(package, gate_record(form, x.dtype), device.index or 0)
-    module["kda_gate"]((layout.n_chunks, H), x, A_log, dt_bias, G, layout.chunks, H, float(lower_bound))
+    module["kda_gate"](
+        (layout.n_chunks, H), x, A_log, dt_bias, G, layout.chunks, H, float(lower_bound)
+    )
     return G

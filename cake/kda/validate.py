@@ -12,7 +12,10 @@ HEAD_DIM = 128
 UNSUPPORTED = {
     "allow_neg_eigval": (False, "cake's kernels assume beta in [0, 1]"),
     "return_intermediate_states": (False, "cake does not return per-chunk states"),
-    "cp_context": (None, "multi-GPU context parallelism is not in cake; long sequences are split on one GPU"),
+    "cp_context": (
+        None,
+        "multi-GPU context parallelism is not in cake; long sequences are split on one GPU",
+    ),
     "use_graph": (False, "FLA's graph mode is for Ascend NPUs"),
 }
 
@@ -25,7 +28,9 @@ class Shapes:
     cu_seqlens: tuple[int, ...]  # always set: plain batches become B sequences of T tokens
 
 
-def _tensor(name: str, x: Any, dtypes: tuple[torch.dtype, ...], device: torch.device | None) -> torch.Tensor:
+def _tensor(
+    name: str, x: Any, dtypes: tuple[torch.dtype, ...], device: torch.device | None
+) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in dtypes:
@@ -37,14 +42,18 @@ def _tensor(name: str, x: Any, dtypes: tuple[torch.dtype, ...], device: torch.de
 
 def check_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """Pop the FLA keyword arguments cake understands; reject everything else by name."""
-    out = {}
+    out: dict[str, Any] = {}
     for name in ("A_log", "dt_bias", "chunk_size", "transpose_state_layout"):
         if name in kwargs:
             out[name] = kwargs.pop(name)
     if kwargs:
-        raise TypeError(f"chunk_kda got unsupported keyword argument(s): {', '.join(sorted(kwargs))}")
+        raise TypeError(
+            f"chunk_kda got unsupported keyword argument(s): {', '.join(sorted(kwargs))}"
+        )
     if out.get("chunk_size", 64) != 64:
-        raise ValueError(f"chunk_size must be 64 in cake (its programs are built for 64), got {out['chunk_size']}")
+        raise ValueError(
+            f"chunk_size must be 64 in cake (its programs are built for 64), got {out['chunk_size']}"
+        )
     return out
 
 
@@ -56,8 +65,19 @@ def check_unsupported(**values: Any) -> None:
 
 
 def check_inputs(
-    q: Any, k: Any, v: Any, g: Any, beta: Any, *, initial_state: Any, cu_seqlens: Any, cu_seqlens_cpu: Any,
-    use_gate_in_kernel: bool, lower_bound: float | None, A_log: Any, dt_bias: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    g: Any,
+    beta: Any,
+    *,
+    initial_state: Any,
+    cu_seqlens: Any,
+    cu_seqlens_cpu: Any,
+    use_gate_in_kernel: bool,
+    lower_bound: float | None,
+    A_log: Any,
+    dt_bias: Any,
 ) -> Shapes:
     q = _tensor("q", q, (torch.bfloat16,), None)
     dev = q.device
@@ -70,11 +90,15 @@ def check_inputs(
         raise ValueError(f"q must be [B, T, H, K], got shape {tuple(q.shape)}")
     B, T, H, K = q.shape
     if K != HEAD_DIM:
-        raise ValueError(f"q/k head dim must be {HEAD_DIM} (cake has programs for K = V = 128 only), got {K}")
+        raise ValueError(
+            f"q/k head dim must be {HEAD_DIM} (cake has programs for K = V = 128 only), got {K}"
+        )
     if tuple(k.shape) != (B, T, H, K):
         raise ValueError(f"k must have q's shape {(B, T, H, K)}, got {tuple(k.shape)}")
     if v.dim() != 4 or tuple(v.shape[:2]) != (B, T) or v.shape[2] != H:
-        raise ValueError(f"v must be [B, T, H, V] with q's B, T, H = {(B, T, H)} (no grouped values), got {tuple(v.shape)}")
+        raise ValueError(
+            f"v must be [B, T, H, V] with q's B, T, H = {(B, T, H)} (no grouped values), got {tuple(v.shape)}"
+        )
     if v.shape[3] != HEAD_DIM:
         raise ValueError(f"v head dim must be {HEAD_DIM}, got {v.shape[3]}")
     if tuple(g.shape) != (B, T, H, K):
@@ -96,25 +120,35 @@ def check_inputs(
     if initial_state is not None:
         h0 = _tensor("initial_state", initial_state, (torch.float32,), dev)
         if tuple(h0.shape) != (n, H, K, HEAD_DIM):
-            raise ValueError(f"initial_state must be [N, H, K, V] = {(n, H, K, HEAD_DIM)}, got {tuple(h0.shape)}")
+            raise ValueError(
+                f"initial_state must be [N, H, K, V] = {(n, H, K, HEAD_DIM)}, got {tuple(h0.shape)}"
+            )
         if not h0.is_contiguous():
             raise ValueError("initial_state must be contiguous")
 
     if use_gate_in_kernel:
         if A_log is None and lower_bound is None:
-            raise ValueError("A_log is required when use_gate_in_kernel=True and lower_bound is not set")
+            raise ValueError(
+                "A_log is required when use_gate_in_kernel=True and lower_bound is not set"
+            )
         if A_log is not None:
             _tensor("A_log", A_log, (torch.float32,), dev)
             if A_log.numel() != H:
-                raise ValueError(f"A_log must have H = {H} elements, got shape {tuple(A_log.shape)}")
+                raise ValueError(
+                    f"A_log must have H = {H} elements, got shape {tuple(A_log.shape)}"
+                )
         if dt_bias is not None:
             _tensor("dt_bias", dt_bias, (torch.float32,), dev)
             if dt_bias.numel() != H * K:
-                raise ValueError(f"dt_bias must have H*K = {H * K} elements, got shape {tuple(dt_bias.shape)}")
+                raise ValueError(
+                    f"dt_bias must have H*K = {H * K} elements, got shape {tuple(dt_bias.shape)}"
+                )
     else:
         for name, x in (("A_log", A_log), ("dt_bias", dt_bias)):
             if x is not None:
-                raise ValueError(f"{name} is only used with use_gate_in_kernel=True; it was given without it")
+                raise ValueError(
+                    f"{name} is only used with use_gate_in_kernel=True; it was given without it"
+                )
         if lower_bound is not None:
             raise ValueError("lower_bound is only used with use_gate_in_kernel=True")
     if lower_bound is not None and not (-5.0 <= float(lower_bound) < 0.0):
@@ -129,15 +163,23 @@ def check_device(q: torch.Tensor) -> None:
 
 
 def _check_cu_seqlens(cu_seqlens: Any, cu_seqlens_cpu: Any, B: int, T: int) -> tuple[int, ...]:
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dtype not in (torch.int32, torch.int64):
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dtype not in (
+        torch.int32,
+        torch.int64,
+    ):
         raise TypeError("cu_seqlens must be an int32 or int64 torch.Tensor")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
-        raise ValueError(f"cu_seqlens must be 1-D with at least 2 elements, got shape {tuple(cu_seqlens.shape)}")
+        raise ValueError(
+            f"cu_seqlens must be 1-D with at least 2 elements, got shape {tuple(cu_seqlens.shape)}"
+        )
     if B != 1:
-        raise ValueError(f"with cu_seqlens the batch size must be 1 (flatten the sequences), got {B}")
+        raise ValueError(
+            f"with cu_seqlens the batch size must be 1 (flatten the sequences), got {B}"
+        )
     source = cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens
     if cu_seqlens_cpu is not None and (
-        not isinstance(cu_seqlens_cpu, torch.Tensor) or cu_seqlens_cpu.device.type != "cpu"
+        not isinstance(cu_seqlens_cpu, torch.Tensor)
+        or cu_seqlens_cpu.device.type != "cpu"
         or cu_seqlens_cpu.shape != cu_seqlens.shape
     ):
         raise ValueError("cu_seqlens_cpu must be a CPU tensor with cu_seqlens' shape")
