@@ -127,3 +127,40 @@ def test_pack_invariance(l2n):
         o1, ht1 = chunk_kda(**alone, output_final_state=True)
         assert torch.equal(o1, o[:, s:e])
         assert torch.equal(ht1[0], ht[n])
+
+
+DIGEST_SCRIPT = """
+import hashlib, sys
+sys.path.insert(0, "tests")
+import torch
+from kda_inputs import make_inputs
+from cake.kda import chunk_kda
+inp = make_inputs(lengths=[1000, 65, 1, 300], heads=4, gate="raw", lower_bound=-5.0,
+                  l2norm_in_kernel=True, initial_state=True, seed=7, device="cuda")
+o, ht = chunk_kda(**inp.as_kwargs(), output_final_state=True)
+for t in (o, ht):
+    print(hashlib.sha256(t.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest())
+"""
+
+
+def test_bitwise_identical_in_a_second_process(tmp_path):
+    """Another process, with a fresh cache (so the programs are compiled again), gives the same bits."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    runs = []
+    for i in range(2):
+        env = {**os.environ, "CAKE_CACHE_DIR": str(tmp_path / f"cache{i}"), "CAKE_QUIET": "1"}
+        out = subprocess.run(
+            [sys.executable, "-c", DIGEST_SCRIPT],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        runs.append(out.stdout.split())
+    assert len(runs[0]) == 2 and runs[0] == runs[1]
