@@ -115,6 +115,9 @@ class Stage(StrEnum):
     gate = "gate"
     fwd_chunk = "fwd_chunk"
     fwd_state = "fwd_state"
+    bwd_state = "bwd_state"
+    bwd_chunk = "bwd_chunk"
+    bwd_reduce = "bwd_reduce"
 
 
 class GateForm(StrEnum):

@@ -67,7 +67,7 @@ def test_twin_is_selected_only_on_request():
 def test_old_nvrtc_on_blackwell_names_min_cuda():
     facts = Facts(capability=(10, 7), driver=None, nvrtc=Version.parse("13.0"))
     with pytest.raises(NoCompatibleProgram, match="NVRTC 13.0 is older than min_cuda 13.4"):
-        select(MANIFEST, PACKAGE, records(config(GateForm.g, L2Norm.off), torch.float32)[1], facts)
+        select(MANIFEST, PACKAGE, records(config(GateForm.g, L2Norm.off), torch.float32)[0], facts)
 
 
 @pytest.mark.parametrize(

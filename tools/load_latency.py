@@ -13,6 +13,7 @@ import time
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--package", default="kda_det")
+    p.add_argument("--stages", default="gate,fwd_chunk,fwd_state", help="comma list of stages")
     p.add_argument("--json", help="write the numbers here")
     args = p.parse_args()
 
@@ -26,7 +27,14 @@ def main() -> None:
     from cake.loader import default_loader
 
     loader = default_loader()
-    records = sorted({e.record for e in loader.manifest.entries if e.package == args.package})
+    stages = set(args.stages.split(","))
+    records = sorted(
+        {
+            e.record
+            for e in loader.manifest.entries
+            if e.package == args.package and e.record.split(".")[0] in stages
+        }
+    )
     times = []
     for record in records:
         t = time.perf_counter()

@@ -1,4 +1,5 @@
-"""The KDA forward as a sequence of program launches: gate cumsum, chunk-parallel stage, state pass."""
+"""The KDA forward as a sequence of program launches: chunk-parallel stage (with the gate and its
+chunk-local cumsum fused in), state pass."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from ..loader import default_loader
-from ..spec import GateForm, L2Norm, Stage, Variant
+from ..spec import DType, GateForm, L2Norm, Stage, Variant
 from .layout import CHUNK, layout_for
-from .stages import PACKAGE, gate_cumsum, gate_record
+from .stages import PACKAGE
 
 K = V = 128
 BV = 64  # value columns per state-pass block (the fwd_state template says why)
@@ -27,11 +28,18 @@ class Config:
     saved: bool  # disable_recompute: keep what the backward needs
 
 
+def chunk_record(config: Config, g_dtype: torch.dtype) -> str:
+    """The fwd_chunk record: the gate form (and raw input dtype) fused into it, and the L2 norm."""
+    x = None
+    if config.gate is not GateForm.g:
+        x = DType.bf16 if g_dtype == torch.bfloat16 else DType.fp32
+    return Variant(stage=Stage.fwd_chunk, gate=config.gate, x=x, l2n=config.l2n).key
+
+
 def records(config: Config, g_dtype: torch.dtype) -> list[str]:
     """The kda_det records one forward call launches, in launch order."""
     return [
-        gate_record(config.gate, g_dtype),
-        Variant(stage=Stage.fwd_chunk, l2n=config.l2n).key,
+        chunk_record(config, g_dtype),
         Variant(stage=Stage.fwd_state).key,
     ]
 
@@ -46,17 +54,13 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
     loader = default_loader()
     # Select and fetch every program first, so that an offline miss names all of them at once.
     loader.ensure([(PACKAGE, r) for r in records(config, g.dtype)], dev)
-    chunk = loader.module(PACKAGE, Variant(stage=Stage.fwd_chunk, l2n=config.l2n).key, dev)
+    chunk = loader.module(PACKAGE, chunk_record(config, g.dtype), dev)
     state = loader.module(PACKAGE, Variant(stage=Stage.fwd_state).key, dev)
 
-    G = gate_cumsum(
-        g.view(T, H, K),
-        layout,
-        config.gate,
-        A_log=A_log,
-        dt_bias=dt_bias,
-        lower_bound=config.lower_bound,
-    )
+    x = g.view(T, H, K)
+    if config.gate is not GateForm.g:
+        A_log = torch.zeros(H, device=device) if A_log is None else A_log
+        dt_bias = torch.zeros(H * K, device=device) if dt_bias is None else dt_bias
     beta32 = beta.reshape(T, H).float().contiguous()
     f32 = dict(dtype=torch.float32, device=device)
     Aqk = torch.empty((NC, H, CHUNK, CHUNK), **f32)
@@ -71,7 +75,9 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
         k,
         v,
         beta32,
-        G,
+        x,
+        A_log,
+        dt_bias,
         layout.chunks,
         Aqk,
         W,
@@ -79,9 +85,11 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
         Qg,
         Kd,
         gl,
+        None,  # G_out: Gamma, for a backward that keeps it
         H,
         int(config.beta_sigmoid),
         config.scale,
+        float(config.lower_bound),
     )
     o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device)
     ht = torch.empty((N, H, K, V), **f32) if config.store_final_state else None

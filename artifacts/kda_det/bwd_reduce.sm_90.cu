@@ -1,0 +1,19 @@
+// GENERATED FILE, DO NOT EDIT.
+// generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
+// record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_90
+// identity: sha256:3b994a453fdf2b7d9087a51da4b884586a3f0319c758330f9ac3c3483aa627e9
+
+extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
+    const float* __restrict__ dA_part, const float* __restrict__ dbias_part,
+    float* __restrict__ dA_log, float* __restrict__ ddt_bias, int NC, int H)
+{
+    const int h = blockIdx.x, d = threadIdx.x;
+    float s = 0.f;
+    for (int c = 0; c < NC; ++c) s += dbias_part[((long long)c * H + h) * 128 + d];
+    ddt_bias[h * 128 + d] = s;
+    if (d == 0) {
+        float a = 0.f;
+        for (int c = 0; c < NC; ++c) a += dA_part[(long long)c * H + h];
+        dA_log[h] = a;
+    }
+}

@@ -1,0 +1,168 @@
+"""The KDA backward as a sequence of program launches (docs/backward-design.md).
+
+    replay (saved is None): fwd_chunk (gate fused, G_out), fwd_state (states_out, o to scratch)
+    then:                   bwd_state (reverse state pass: dS_end, dVn, dh0)
+                            bwd_chunk (chunk-parallel gradients + gate / L2-norm / beta epilogue)
+                            bwd_reduce (raw gates only: dA_log, ddt_bias in a fixed order)
+
+The saved path passes `saved` = the forward's G (fwd_chunk's G_out), Aqk, W, Qg, Kd, gl and
+states_out (fwd_state): bwd_state reads Qg, W, Kd, Aqk, gl; bwd_chunk reads G and states_out. Both paths run the same
+programs on the same values, so their gradients are bitwise equal.
+
+Needs in cake/spec.py: Stage.bwd_state, Stage.bwd_chunk, Stage.bwd_reduce (see docs/kernel-notes.md,
+2026-12-01); until they exist, calling backward() raises AttributeError.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..loader import default_loader
+from ..spec import DType, GateForm, Stage, Variant
+from .forward import BV, Config, K, V, chunk_record
+from .layout import CHUNK, layout_for
+from .stages import PACKAGE
+
+
+def bwd_chunk_record(config: Config, x_dtype: torch.dtype) -> str:
+    if config.gate is GateForm.g:
+        return Variant(stage=Stage.bwd_chunk, gate=config.gate, l2n=config.l2n).key
+    x = DType.bf16 if x_dtype == torch.bfloat16 else DType.fp32
+    return Variant(stage=Stage.bwd_chunk, gate=config.gate, x=x, l2n=config.l2n).key
+
+
+def records(config: Config, g_dtype: torch.dtype, *, replay: bool = True) -> list[str]:
+    """The kda_det records one backward call launches, in launch order."""
+    out = []
+    if replay:
+        out += [chunk_record(config, g_dtype), Variant(stage=Stage.fwd_state).key]
+    out += [Variant(stage=Stage.bwd_state).key, bwd_chunk_record(config, g_dtype)]
+    if config.gate is not GateForm.g:
+        out.append(Variant(stage=Stage.bwd_reduce).key)
+    return out
+
+
+def _raw_params(A_log, dt_bias, H: int, device):  # noqa: ANN001, ANN202
+    A = torch.zeros(H, device=device) if A_log is None else A_log.float().contiguous()
+    bias = torch.zeros(H * K, device=device) if dt_bias is None else dt_bias.float().contiguous()
+    return A, bias
+
+
+def replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config) -> dict:  # noqa: ANN001
+    """What the backward needs from the forward, recomputed with the forward's own programs:
+    Gamma (fwd_chunk's G_out), Aqk, W, Qg, Kd, gl and the chunk-start states (fwd_state's
+    states_out); o goes to scratch."""
+    B, T_, H, _ = q.shape
+    T = B * T_
+    device = q.device
+    dev = device.index or 0
+    layout = layout_for(config.cu_seqlens, device)
+    N, NC = layout.n_seqs, layout.n_chunks
+    loader = default_loader()
+    chunk = loader.module(PACKAGE, chunk_record(config, g.dtype), dev)
+    state = loader.module(PACKAGE, Variant(stage=Stage.fwd_state).key, dev)
+    x = g.view(T, H, K)
+    if config.gate is not GateForm.g:
+        A_log, dt_bias = _raw_params(A_log, dt_bias, H, device)
+    beta32 = beta.reshape(T, H).float().contiguous()
+    f32 = dict(dtype=torch.float32, device=device)
+    Aqk = torch.empty((NC, H, CHUNK, CHUNK), **f32)
+    W = torch.empty((NC, H, CHUNK, K), **f32)
+    U = torch.empty((NC, H, CHUNK, V), **f32)
+    Qg = torch.empty((NC, H, CHUNK, K), **f32)
+    Kd = torch.empty((NC, H, K, CHUNK), **f32)
+    gl = torch.empty((NC, H, K), **f32)
+    G = torch.empty((T, H, K), **f32)
+    chunk["kda_fwd_chunk"](
+        (NC, H), q, k, v, beta32, x, A_log, dt_bias, layout.chunks, Aqk, W, U, Qg, Kd, gl, G, H,
+        int(config.beta_sigmoid), config.scale, float(config.lower_bound),
+    )  # fmt: skip
+    o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device)  # scratch: the replay drops o
+    states = torch.empty((NC, H, K, V), **f32)
+    state["kda_fwd_state"](
+        (V // BV, H, N), W, U, Qg, Kd, Aqk, gl, layout.chunks, layout.seq_chunks, h0, o, None,
+        states, H, int(h0 is not None), 0,
+    )  # fmt: skip
+    return dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, states=states)
+
+
+def backward(  # noqa: ANN201
+    q,
+    k,
+    v,
+    g,
+    beta,
+    A_log,
+    dt_bias,
+    h0,
+    do,
+    dht,
+    config: Config,
+    saved: dict | None = None,  # noqa: ANN001
+):
+    """Gradients of chunk_kda. Returns {"dq", "dk", "dv", "dg", "dbeta"} plus "dA_log" and
+    "ddt_bias" (raw gates) and "dh0" (when h0 is given); dg is dx for the raw gate forms."""
+    B, T_, H, _ = q.shape
+    T = B * T_
+    device = q.device
+    dev = device.index or 0
+    layout = layout_for(config.cu_seqlens, device)
+    N, NC = layout.n_seqs, layout.n_chunks
+    loader = default_loader()
+    loader.ensure([(PACKAGE, r) for r in records(config, g.dtype, replay=saved is None)], dev)
+    if saved is None:
+        saved = replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config)
+    f32 = dict(dtype=torch.float32, device=device)
+    do = do.contiguous()
+    if do.dtype != q.dtype:
+        do = do.to(q.dtype)
+
+    # K1: reverse state pass.
+    dS_end = torch.empty((NC, H, K, V), **f32)
+    dVn = torch.empty((NC, H, CHUNK, V), **f32)
+    dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
+    dht_ = dht.float().contiguous() if dht is not None else None
+    bstate = loader.module(PACKAGE, Variant(stage=Stage.bwd_state).key, dev)
+    bstate["kda_bwd_state"](
+        (V // BV, H, N), saved["Qg"], saved["W"], saved["Kd"], saved["Aqk"], saved["gl"], do,
+        layout.chunks, layout.seq_chunks, dht_, dS_end, dVn, dh0, H, int(dht_ is not None),
+        int(dh0 is not None),
+    )  # fmt: skip
+
+    # K2: chunk-parallel gradients.
+    raw = config.gate is not GateForm.g
+    beta32 = beta.reshape(T, H).float().contiguous()
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)
+    dv = torch.empty_like(v)
+    dg = torch.empty(g.shape, dtype=g.dtype if raw else torch.float32, device=device)
+    dbeta = torch.empty((T, H), **f32)
+    A: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+    dA_part: torch.Tensor | None = None
+    dbias_part: torch.Tensor | None = None
+    x: torch.Tensor | None = None
+    if raw:
+        A, bias = _raw_params(A_log, dt_bias, H, device)
+        dA_part = torch.empty((NC, H), **f32)
+        dbias_part = torch.empty((NC, H, K), **f32)
+        x = g
+    bchunk = loader.module(PACKAGE, bwd_chunk_record(config, g.dtype), dev)
+    bchunk["kda_bwd_chunk"](
+        (NC, H), q, k, v, do, beta32, saved["G"], x, A, bias, layout.chunks, saved["states"],
+        dS_end, dVn, dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
+        config.scale, config.lower_bound,
+    )  # fmt: skip
+    out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta.reshape(beta.shape).to(beta.dtype))
+    if raw:
+        dA_log = torch.empty(H, **f32)
+        ddt_bias = torch.empty(H * K, **f32)
+        red = loader.module(PACKAGE, Variant(stage=Stage.bwd_reduce).key, dev)
+        red["kda_bwd_gate_reduce"]((H,), dA_part, dbias_part, dA_log, ddt_bias, NC, H)
+        if A_log is not None:
+            out["dA_log"] = dA_log
+        if dt_bias is not None:
+            out["ddt_bias"] = ddt_bias
+    if dh0 is not None:
+        out["dh0"] = dh0
+    return out
