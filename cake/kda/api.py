@@ -7,22 +7,46 @@ from typing import Any
 import torch
 
 from ..spec import GateForm, L2Norm
+from . import backward as bwd
 from . import forward as fwd
 from .validate import check_device, check_inputs, check_kwargs, check_unsupported
 
 
 class _ChunkKDA(torch.autograd.Function):
+    """Saved path (disable_recompute=True): the forward keeps Γ, Aqk, W, Qg, Kd, gl and the chunk-start
+    states. Replay path: it keeps only its inputs and the backward reruns the same forward programs,
+    so both paths read the same bits."""
+
     @staticmethod
     def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, config: fwd.Config):  # noqa: ANN001, ANN205
-        o, ht = fwd.forward(q, k, v, g, beta, A_log, dt_bias, initial_state, config)
-        ctx.mark_non_differentiable(*([ht] if ht is not None else []))
+        keep = config.saved and any(ctx.needs_input_grad)
+        o, ht, saved = fwd.forward(
+            q, k, v, g, beta, A_log, dt_bias, initial_state, config, keep=keep
+        )
+        ctx.config = config
+        ctx.saved_keys = tuple(saved) if saved else ()
+        ctx.save_for_backward(
+            q, k, v, g, beta, A_log, dt_bias, initial_state, *(saved.values() if saved else ())
+        )
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):  # noqa: ANN001, ANN205
-        raise NotImplementedError(
-            "cake.kda.chunk_kda has no backward yet: its forward is usable under torch.no_grad() "
-            "or for inputs that do not require grad"
+        q, k, v, g, beta, A_log, dt_bias, h0, *kept = ctx.saved_tensors
+        saved = dict(zip(ctx.saved_keys, kept, strict=True)) if ctx.saved_keys else None
+        grads = bwd.backward(q, k, v, g, beta, A_log, dt_bias, h0, do, dht, ctx.config, saved)
+        dA_log = grads.get("dA_log")
+        ddt_bias = grads.get("ddt_bias")
+        return (
+            grads["dq"],
+            grads["dk"],
+            grads["dv"],
+            grads["dg"],
+            grads["dbeta"],
+            dA_log.view_as(A_log) if dA_log is not None else None,
+            ddt_bias.view_as(dt_bias) if ddt_bias is not None else None,
+            grads.get("dh0"),
+            None,
         )
 
 

@@ -19,7 +19,7 @@ import torch
 
 from ..loader import default_loader
 from ..spec import DType, GateForm, Stage, Variant
-from .forward import BV, Config, K, V, chunk_record
+from .forward import BV, Config, K, V, chunk_record, forward, raw_gate_params
 from .layout import CHUNK, layout_for
 from .stages import PACKAGE
 
@@ -42,48 +42,12 @@ def records(config: Config, g_dtype: torch.dtype, *, replay: bool = True) -> lis
     return out
 
 
-def _raw_params(A_log, dt_bias, H: int, device):  # noqa: ANN001, ANN202
-    A = torch.zeros(H, device=device) if A_log is None else A_log.float().contiguous()
-    bias = torch.zeros(H * K, device=device) if dt_bias is None else dt_bias.float().contiguous()
-    return A, bias
-
-
 def replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config) -> dict:  # noqa: ANN001
-    """What the backward needs from the forward, recomputed with the forward's own programs:
-    Gamma (fwd_chunk's G_out), Aqk, W, Qg, Kd, gl and the chunk-start states (fwd_state's
-    states_out); o goes to scratch."""
-    B, T_, H, _ = q.shape
-    T = B * T_
-    device = q.device
-    dev = device.index or 0
-    layout = layout_for(config.cu_seqlens, device)
-    N, NC = layout.n_seqs, layout.n_chunks
-    loader = default_loader()
-    chunk = loader.module(PACKAGE, chunk_record(config, g.dtype), dev)
-    state = loader.module(PACKAGE, Variant(stage=Stage.fwd_state).key, dev)
-    x = g.view(T, H, K)
-    if config.gate is not GateForm.g:
-        A_log, dt_bias = _raw_params(A_log, dt_bias, H, device)
-    beta32 = beta.reshape(T, H).float().contiguous()
-    f32 = dict(dtype=torch.float32, device=device)
-    Aqk = torch.empty((NC, H, CHUNK, CHUNK), **f32)
-    W = torch.empty((NC, H, CHUNK, K), **f32)
-    U = torch.empty((NC, H, CHUNK, V), **f32)
-    Qg = torch.empty((NC, H, CHUNK, K), **f32)
-    Kd = torch.empty((NC, H, K, CHUNK), **f32)
-    gl = torch.empty((NC, H, K), **f32)
-    G = torch.empty((T, H, K), **f32)
-    chunk["kda_fwd_chunk"](
-        (NC, H), q, k, v, beta32, x, A_log, dt_bias, layout.chunks, Aqk, W, U, Qg, Kd, gl, G, H,
-        int(config.beta_sigmoid), config.scale, float(config.lower_bound),
-    )  # fmt: skip
-    o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device)  # scratch: the replay drops o
-    states = torch.empty((NC, H, K, V), **f32)
-    state["kda_fwd_state"](
-        (V // BV, H, N), W, U, Qg, Kd, Aqk, gl, layout.chunks, layout.seq_chunks, h0, o, None,
-        states, H, int(h0 is not None), 0,
-    )  # fmt: skip
-    return dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, states=states)
+    """What the backward needs from the forward, recomputed with the forward's own programs (so the
+    replay and saved paths read the same bits); o and the final state are dropped."""
+    saved = forward(q, k, v, g, beta, A_log, dt_bias, h0, config, keep=True)[2]
+    assert saved is not None
+    return saved
 
 
 def backward(  # noqa: ANN201
@@ -143,7 +107,7 @@ def backward(  # noqa: ANN201
     dbias_part: torch.Tensor | None = None
     x: torch.Tensor | None = None
     if raw:
-        A, bias = _raw_params(A_log, dt_bias, H, device)
+        A, bias = raw_gate_params(A_log, dt_bias, H, device)
         dA_part = torch.empty((NC, H), **f32)
         dbias_part = torch.empty((NC, H, K), **f32)
         x = g

@@ -36,6 +36,13 @@ def chunk_record(config: Config, g_dtype: torch.dtype) -> str:
     return Variant(stage=Stage.fwd_chunk, gate=config.gate, x=x, l2n=config.l2n).key
 
 
+def raw_gate_params(A_log, dt_bias, H: int, device):  # noqa: ANN001, ANN201
+    """A_log and dt_bias as the programs read them: fp32, contiguous, zeros where not given."""
+    A = torch.zeros(H, device=device) if A_log is None else A_log.float().contiguous()
+    bias = torch.zeros(H * K, device=device) if dt_bias is None else dt_bias.float().contiguous()
+    return A, bias
+
+
 def records(config: Config, g_dtype: torch.dtype) -> list[str]:
     """The kda_det records one forward call launches, in launch order."""
     return [
@@ -44,7 +51,9 @@ def records(config: Config, g_dtype: torch.dtype) -> list[str]:
     ]
 
 
-def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN001, ANN201
+def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool = False):  # noqa: ANN001, ANN201
+    """Launch the forward; returns (o, final state or None, saved or None). With keep, saved holds
+    what the backward reads: G (Γ), Aqk, W, Qg, Kd, gl and the state at each chunk's start."""
     B, T_, H, _ = q.shape
     T = B * T_
     device = q.device
@@ -59,8 +68,7 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
 
     x = g.view(T, H, K)
     if config.gate is not GateForm.g:
-        A_log = torch.zeros(H, device=device) if A_log is None else A_log
-        dt_bias = torch.zeros(H * K, device=device) if dt_bias is None else dt_bias
+        A_log, dt_bias = raw_gate_params(A_log, dt_bias, H, device)
     beta32 = beta.reshape(T, H).float().contiguous()
     f32 = dict(dtype=torch.float32, device=device)
     Aqk = torch.empty((NC, H, CHUNK, CHUNK), **f32)
@@ -69,6 +77,8 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
     Qg = torch.empty((NC, H, CHUNK, K), **f32)
     Kd = torch.empty((NC, H, K, CHUNK), **f32)  # transposed: the state pass reads Kd^T rows
     gl = torch.empty((NC, H, K), **f32)
+    G = torch.empty((T, H, K), **f32) if keep else None
+    states = torch.empty((NC, H, K, V), **f32) if keep else None
     chunk["kda_fwd_chunk"](
         (NC, H),
         q,
@@ -85,7 +95,7 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
         Qg,
         Kd,
         gl,
-        None,  # G_out: Gamma, for a backward that keeps it
+        G,  # G_out: written only when the backward will read it
         H,
         int(config.beta_sigmoid),
         config.scale,
@@ -106,9 +116,10 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config):  # noqa: ANN0
         h0,
         o,
         ht,
-        None,
+        states,
         H,
         int(h0 is not None),
         int(ht is not None),
     )
-    return o, ht
+    saved = dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, states=states) if keep else None
+    return o, ht, saved
