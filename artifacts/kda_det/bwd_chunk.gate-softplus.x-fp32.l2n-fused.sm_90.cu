@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:31d2385c011ec0b5495c8ef7588eecf37b459afec5a49fe75da2c201c0113834
+// identity: sha256:b5adde2282057031f13f1ca5a8bad0facdb41784ec31cc089ecd4c617476f19c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -166,6 +166,12 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
                   __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
 }
 
+// Compiler-only fence: shared-memory loads after it are not hoisted above it, which bounds how many
+// elements' operands an unrolled epilogue keeps in flight (register pressure). No instruction.
+__device__ __forceinline__ void cake_sched_fence() { asm volatile("" ::: "memory"); }
+
+__device__ __forceinline__ int cake_opaque(int x) { asm volatile("" : "+r"(x)); return x; }
+
 __device__ __forceinline__ void zero16(float (&a)[4][4]) {
 #pragma unroll
     for (int n = 0; n < 4; ++n)
@@ -178,9 +184,11 @@ constexpr int OFF_Q = 0, OFF_K = 16384, OFF_V = 32768, OFF_O = 49152;  // bf16 [
 constexpr int OFF_G = 65536;    // fp32 [64][128]: Gamma * log2(e), rows >= L repeat row L-1
 constexpr int OFF_AK = 98304;   // fp32 [64][64]: Akk, later dAkk = beta * dM
 constexpr int OFF_T = 114688;   // fp32 [64][64]: T, later dA1 = scale * dAqk (lower, incl. diagonal)
-constexpr int OFF_C = 131072;   // fp32 [64][128]: dVn, then Y = T^T dVn (TF32); [128][64] dS_end v 64..127
+constexpr int OFF_C = 131072;   // fp32 [64][128]: dVn, then Y = T^T dVn (TF32); [128][64] dS_end v 64..127;
+                                // after phase 5's mma: the dq accumulator [64][128]
 constexpr int OFF_D = 163840;   // 64 KB: S_c [128][128]; then [beta X^T [128][64] | Vn [64][128]];
-                                // then [dS_end v 0..63 [128][64] | Vn]; then dGamma [64][128]
+                                // then [dS_end v 0..63 [128][64] | Vn]; after phase 5's mma:
+                                // [dGamma accumulator [64][128] | dk accumulator (DK) [64][128]]
 constexpr int OFF_S = 229376;   // beta[64], rq[64], rk[64], dbeta slots [4][64]
 constexpr int SMEM_BYTES = OFF_S + (64 * 3 + 256) * 4;
 static_assert(SMEM_BYTES == 231168, "dynamic shared memory in the header comment");
@@ -221,6 +229,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     float* rk = rq + 64;
     float* dbs = rk + 64;
     float* sc = reinterpret_cast<float*>(smem + OFF_V);  // scratch once v is dead
+    float* DK = RD + 8192;  // after phase 5's mma (Vn dead): dk's accumulator; RC dq's, RD dGamma's
 
     const int c = blockIdx.x, h = blockIdx.y;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -234,6 +243,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // columns 32 cq + 8 ni + 2t (+1), ni = 0..3, in the mma accumulator layout.
     const int rb = warp >> 2, cq = warp & 3;
     const int i0 = 16 * rb + g, i1 = i0 + 8;
+    // Each phase re-derives its indices through an opaque copy (CAKE_REIDX), so the compiler cannot
+    // keep one phase's shared-memory addresses alive for the next (register pressure, spills).
+    const int g_top = g, t_top = t, rb_top = rb, cq_top = cq;
+#define CAKE_REIDX                                                                              \
+    const int g = cake_opaque(g_top), t = cake_opaque(t_top), rb = cake_opaque(rb_top),          \
+              cq = cake_opaque(cq_top), i0 = 16 * rb + g, i1 = i0 + 8;                          \
+    (void)g; (void)t; (void)rb; (void)cq; (void)i0; (void)i1
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled); group 1: S_c.
     {
@@ -425,18 +441,41 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         __syncthreads();
     }
 
-    // Gradient accumulators of this thread's 32 (row, dim) elements, fp32.
-    float Dq[4][4], Dk[4][4], Dg[4][4];
-    zero16(Dq); zero16(Dk); zero16(Dg);
+    // Gradient accumulators of this thread's 32 (row, dim) elements, fp32. Registers (Dq, Dk)
+    // only from phase 3a to phase 5 (register pressure: no spills with 512 threads); after phase
+    // 5's mma they move to shared memory (dq -> RC, dk -> DK, dGamma -> RD, each thread its own
+    // elements, the same adds in the same order, so the bits are those of register accumulators).
+    // dGamma's only term before phase 5 is Qg dQg + Kg dKg = qn dq + kn dk of phase 3a, formed
+    // there from Dq, Dk (which hold exactly dqa, dka until then).
+    float Dq[4][4], Dk[4][4];
+    zero16(Dq); zero16(Dk);
     float db0 = 0.f, db1 = 0.f;  // dbeta partials of rows i0, i1 (this thread's columns)
 
     // ---- phase 2: Y = T^T dVn (rows i, value columns); dv = beta Y; dbeta += rowsum(V Y).
+    // Y = dVn + (T - I)^T dVn: the accumulator starts at the fp32 dVn and the unit diagonal of T
+    // is zeroed in the A fragment, so the identity part never goes through TF32. At fast decay
+    // T ~ I and Y ~ dVn; a TF32 dVn operand was the whole dbeta error (docs/kernel-notes.md,
+    // 2026-11-29).
     {
+        CAKE_REIDX;
         float acc[4][4];
-        zero16(acc);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int col = 32 * cq + 8 * ni + 2 * t;
+            const float2 ya = *reinterpret_cast<const float2*>(RC + fx<128>(i0, col));
+            const float2 yb = *reinterpret_cast<const float2*>(RC + fx<128>(i1, col));
+            acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
+        }
         for (int kp = rb; kp < 4; ++kp) {  // T^T[i][j] = T[j][i] is zero for j < i
             const int j0 = 16 * kp + 4 * t;
-            const float4 alo = r4(ldt4<64>(TT, j0, i0)), ahi = r4(ldt4<64>(TT, j0, i1));
+            float4 alo = r4(ldt4<64>(TT, j0, i0)), ahi = r4(ldt4<64>(TT, j0, i1));
+            if (kp == rb) {  // drop T[i][i] = 1: rows j0 + e against columns i0 = 16 rb + g, i1 = i0 + 8
+                const int e0 = 4 * t;
+                if (e0 + 0 == g) alo.x = 0.f; if (e0 + 1 == g) alo.y = 0.f;
+                if (e0 + 2 == g) alo.z = 0.f; if (e0 + 3 == g) alo.w = 0.f;
+                if (e0 + 0 == g + 8) ahi.x = 0.f; if (e0 + 1 == g + 8) ahi.y = 0.f;
+                if (e0 + 2 == g + 8) ahi.z = 0.f; if (e0 + 3 == g + 8) ahi.w = 0.f;
+            }
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni)
                 mma_k16(acc[ni], alo, ahi, r4(ldt4<128>(RC, j0, 32 * cq + 8 * ni + g)));
@@ -468,8 +507,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     __syncthreads();
 
     // ---- phase 3a: [dO; Y] S_c^T -> dQg, Z (rows i, key dims d), consumed at once:
-    // dq += s e^G dQg, dk += -beta e^G Z, dGamma += Qg dQg + Kg dKg, dbeta -= rowsum(Kg Z).
+    // dq += s e^G dQg, dk += -beta e^G Z, dbeta -= rowsum(Kg Z); dGamma += Qg dQg + Kg dKg is
+    // added in phase 5 from Dq, Dk (which hold exactly these terms until then).
     {
+        CAKE_REIDX;
         float aO[4][4], aY[4][4];
         zero16(aO); zero16(aY);
 #pragma unroll 2
@@ -487,26 +528,27 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
         const float b0 = bs[i0], b1 = bs[i1];
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < 4; ++ni) {
+            cake_sched_fence();
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
                 const float eg = cake_ex2(gs[fx<128>(i, d)]);
-                const float qn = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
                 const float kn = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
                 const float kg = kn * eg;
                 const float dqa = scale * eg * aO[ni][e];
                 const float dka = -(e < 2 ? b0 : b1) * eg * aY[ni][e];
                 Dq[ni][e] += dqa;
                 Dk[ni][e] += dka;
-                Dg[ni][e] += qn * dqa + kn * dka;
                 if (e < 2) db0 = fmaf(-kg, aY[ni][e], db0);
                 else db1 = fmaf(-kg, aY[ni][e], db1);
             }
+        }
     }
     // ---- phase 3b: X = V - Kg S_c (rows i, value columns), reduction over d.
     float X[4][4];
     {
+        CAKE_REIDX;
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
@@ -548,6 +590,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     __syncthreads();  // S_c and v dead
     if ((tid & 3) == 0) sc[SC_DGL + (tid >> 2)] = dgl;
     {
+        CAKE_REIDX;
         // beta X, transposed [v][j], TF32, into the first half of RD.
         const float b0 = bs[i0], b1 = bs[i1];
 #pragma unroll
@@ -562,6 +605,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     __syncthreads();
     // ---- phase 3c: Vn = T (beta X): T is lower triangular, so row block rb reads j-blocks <= rb.
     {
+        CAKE_REIDX;
         float acc[4][4];
         zero16(acc);
         for (int kp = 0; kp <= rb; ++kp) {
@@ -593,6 +637,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 4: [dO; Y] Vn^T. Warp (rb, cq): which = cq >> 1 (0: dAqk from dO, 1: dM from Y),
     // columns j in 32 (cq & 1) + [0, 32); only blocks on or below the diagonal.
     {
+        CAKE_REIDX;
         const int which = cq >> 1, jb = 32 * (cq & 1);
         float acc[4][4];
         zero16(acc);
@@ -639,6 +684,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 5: dKd = Vn dS_end^T (rows i, key dims d); dk += e^(G_{L-1} - G) dKd;
     // dGamma -= Kd dKd on rows < L-1, whose column sums go to the last valid row.
     {
+        CAKE_REIDX;
         float acc[4][4];
         zero16(acc);
         cake_cp_async_wait<1>();
@@ -659,7 +705,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs, fx<64>(32 * cq + 8 * ni + g, v0))));
             }
         }
-        const float rk0 = rkf(i0), rk1 = rkf(i1);
+        __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma
+        const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             float cs[2] = {0.f, 0.f};
@@ -668,13 +715,19 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
                 const float fd = cake_ex2(gs[fx<128>(L - 1, d)] - gs[fx<128>(i, d)]);
                 const float D = fd * acc[ni][e];
+                const float qn = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
                 const float kn = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                float dgv = 0.f;
+                dgv += qn * Dq[ni][e] + kn * Dk[ni][e];  // phase 3a's Qg dQg + Kg dKg
                 const float xx = kn * D;
                 Dk[ni][e] += D;
                 if (i < L - 1) {
-                    Dg[ni][e] -= xx;
+                    dgv -= xx;
                     cs[e & 1] += xx;
                 }
+                RD[fx<128>(i, d)] = dgv;
+                RC[fx<128>(i, d)] = Dq[ni][e];  // dq's and dk's accumulators move to
+                DK[fx<128>(i, d)] = Dk[ni][e];  // RC and DK for phases 6-7
             }
 #pragma unroll
             for (int m = 4; m <= 16; m <<= 1) {
@@ -691,6 +744,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 6: intra-chunk gradients of Aqk (dA1 = s dAqk) and Akk (dA2 = dAkk).
     {
+        CAKE_REIDX;
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
         // (a) row gradients, off-diagonal blocks J < rb, reference r = 16 rb:
         // out_I = 2^(G_I - G_r) (dA_IJ @ (k_J 2^(G_r - G_J))).
@@ -733,9 +787,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         const float dqo = er * aq[n][e], dkr = er * ak[n][e];
                         const float qn = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
                         const float kn = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
-                        Dq[ni][e] += dqo;
-                        Dk[ni][e] += dkr;
-                        Dg[ni][e] += qn * dqo + kn * dkr;
+                        RC[fx<128>(i, d)] += dqo;
+                        DK[fx<128>(i, d)] += dkr;
+                        RD[fx<128>(i, d)] += qn * dqo + kn * dkr;
                     }
             }
         }
@@ -779,8 +833,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         const float f = cake_ex2(gs[fx<128>(er, d)] - gs[fx<128>(j, d)]);
                         const float dko = f * (aq[n][e] + ak[n][e]);
                         const float kn = ld1_bf16(ks, j, d) * (e < 2 ? rk0 : rk1);
-                        Dk[ni][e] += dko;
-                        Dg[ni][e] -= kn * dko;
+                        DK[fx<128>(j, d)] += dko;
+                        RD[fx<128>(j, d)] -= kn * dko;
                     }
             }
         }
@@ -833,17 +887,19 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 for (int x = 0; x < 4; ++x) {
                     const int ni = 2 * xh + (x >> 1), e = 2 * hr + (x & 1);
                     const float col = cq_[x] + ck_[x];
-                    Dq[ni][e] += rq_[x] + dd * ki[x];
-                    Dk[ni][e] += rk_[x] + col + dd * qi[x];
-                    Dg[ni][e] += qi[x] * rq_[x] + ki[x] * rk_[x] - ki[x] * col;
+                    const int d = 32 * cq + 8 * ni + 2 * t + (x & 1);
+                    RC[fx<128>(i, d)] += rq_[x] + dd * ki[x];
+                    DK[fx<128>(i, d)] += rk_[x] + col + dd * qi[x];
+                    RD[fx<128>(i, d)] += qi[x] * rq_[x] + ki[x] * rk_[x] - ki[x] * col;
                 }
             }
         }
     }
-    __syncthreads();  // column sums (phase 5) visible; RD free
+    __syncthreads();  // column sums (phase 5) visible
 
     // ---- phase 7: epilogue.
     {
+        CAKE_REIDX;
         // The chunk-end decay: last valid row += sum_{i < L-1} Kd dKd + gl dgl.
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -853,24 +909,24 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 for (int x = 0; x < 8; ++x) {
                     const int d = 32 * cq + 8 * (x >> 1) + 2 * t + (x & 1);
                     const float s4 = ((sc[SC_COL + d] + sc[SC_COL + 128 + d]) + sc[SC_COL + 256 + d]) + sc[SC_COL + 384 + d];
-                    Dg[x >> 1][2 * hr + (x & 1)] += s4 + cake_ex2(gs[fx<128>(L - 1, d)]) * sc[SC_DGL + d];
+                    RD[fx<128>(i, d)] += s4 + cake_ex2(gs[fx<128>(L - 1, d)]) * sc[SC_DGL + d];
                 }
             }
         }
-        // dGamma -> RD [64][128]; L2-norm row dots and dbeta partials -> slots.
+        // L2-norm row dots and dbeta partials -> slots (dGamma is in RD already).
         float pq0 = 0.f, pq1 = 0.f, pk0 = 0.f, pk1 = 0.f;
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
-            *reinterpret_cast<float2*>(RD + fx<128>(i0, col)) = make_float2(Dg[ni][0], Dg[ni][1]);
-            *reinterpret_cast<float2*>(RD + fx<128>(i1, col)) = make_float2(Dg[ni][2], Dg[ni][3]);
             if (kL2Norm) {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int i = e < 2 ? i0 : i1, d = col + (e & 1);
                     const float yq = ld1_bf16(qs, i, d) * rq[i], yk = ld1_bf16(ks, i, d) * rk[i];
-                    if (e < 2) { pq0 = fmaf(yq, Dq[ni][e], pq0); pk0 = fmaf(yk, Dk[ni][e], pk0); }
-                    else { pq1 = fmaf(yq, Dq[ni][e], pq1); pk1 = fmaf(yk, Dk[ni][e], pk1); }
+                    const float dqv = RC[fx<128>(i, d)];
+                    const float dkv = DK[fx<128>(i, d)];
+                    if (e < 2) { pq0 = fmaf(yq, dqv, pq0); pk0 = fmaf(yk, dkv, pk0); }
+                    else { pq1 = fmaf(yq, dqv, pq1); pk1 = fmaf(yk, dkv, pk1); }
                 }
             }
         }
@@ -909,8 +965,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) {
                 const int col = 32 * cq + 8 * ni + 2 * t;
-                float a0 = Dq[ni][2 * hr], a1 = Dq[ni][2 * hr + 1];
-                float c0 = Dk[ni][2 * hr], c1 = Dk[ni][2 * hr + 1];
+                const float2 dq2 = *reinterpret_cast<const float2*>(RC + fx<128>(i, col));
+                float a0 = dq2.x, a1 = dq2.y;
+                const float2 dk2 = *reinterpret_cast<const float2*>(DK + fx<128>(i, col));
+                float c0 = dk2.x, c1 = dk2.y;
                 if (kL2Norm) {
                     const float r_q = rq[i], r_k = rk[i];
                     a0 = r_q * (a0 - ld1_bf16(qs, i, col) * r_q * dotq);
@@ -983,4 +1041,5 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
         }
     }
+#undef CAKE_REIDX
 }
