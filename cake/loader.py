@@ -85,6 +85,7 @@ class Loader:
         self._lock = threading.Lock()
         self._modules: dict[tuple[int, str], object] = {}
         self._facts: dict[int, Facts] = {}
+        self._decisions: dict[tuple[str, str, int], Decision] = {}
 
     @cached_property
     def tree(self) -> Tree:
@@ -104,7 +105,11 @@ class Loader:
         return self._facts[device]
 
     def decide(self, package: str, record: str, device: int) -> Decision:
-        return select(self.manifest, package, record, self.facts(device))
+        """Selection is pure and the facts are fixed for a process: decide once per record."""
+        key = (package, record, device)
+        if key not in self._decisions:
+            self._decisions[key] = select(self.manifest, package, record, self.facts(device))
+        return self._decisions[key]
 
     def ensure(self, wanted: list[tuple[str, str]], device: int) -> list[Entry]:
         """Select and obtain several records at once, so an offline miss names them all."""
