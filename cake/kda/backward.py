@@ -19,9 +19,9 @@ import torch
 
 from ..loader import default_loader
 from ..spec import DType, GateForm, Stage, Variant
-from .forward import BV, Config, K, V, chunk_record, forward, raw_gate_params
+from .forward import BV, Config, K, V, chunk_record, forward
 from .layout import CHUNK, layout_for
-from .stages import PACKAGE
+from .stages import PACKAGE, raw_gate_params
 
 
 def bwd_chunk_record(config: Config, x_dtype: torch.dtype) -> str:

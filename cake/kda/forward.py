@@ -10,7 +10,7 @@ import torch
 from ..loader import default_loader
 from ..spec import DType, GateForm, L2Norm, Stage, Variant
 from .layout import CHUNK, layout_for
-from .stages import PACKAGE
+from .stages import PACKAGE, raw_gate_params
 
 K = V = 128
 BV = 64  # value columns per state-pass block (the fwd_state template says why)
@@ -34,13 +34,6 @@ def chunk_record(config: Config, g_dtype: torch.dtype) -> str:
     if config.gate is not GateForm.g:
         x = DType.bf16 if g_dtype == torch.bfloat16 else DType.fp32
     return Variant(stage=Stage.fwd_chunk, gate=config.gate, x=x, l2n=config.l2n).key
-
-
-def raw_gate_params(A_log, dt_bias, H: int, device):  # noqa: ANN001, ANN201
-    """A_log and dt_bias as the programs read them: fp32, contiguous, zeros where not given."""
-    A = torch.zeros(H, device=device) if A_log is None else A_log.float().contiguous()
-    bias = torch.zeros(H * K, device=device) if dt_bias is None else dt_bias.float().contiguous()
-    return A, bias
 
 
 def records(config: Config, g_dtype: torch.dtype) -> list[str]:

@@ -11,6 +11,13 @@ from .layout import Layout
 PACKAGE = "kda_det"
 
 
+def raw_gate_params(A_log, dt_bias, H: int, device):  # noqa: ANN001, ANN201
+    """A_log and dt_bias as the programs read them: fp32, contiguous, zeros where not given."""
+    A = torch.zeros(H, device=device) if A_log is None else A_log.float().contiguous()
+    bias = torch.zeros(H * 128, device=device) if dt_bias is None else dt_bias.float().contiguous()
+    return A, bias
+
+
 def gate_record(form: GateForm, x_dtype: torch.dtype) -> str:
     if form is GateForm.g:
         return Variant(stage=Stage.gate, gate=form).key
@@ -33,8 +40,7 @@ def gate_cumsum(
     device = x.device
     G = torch.empty((T, H, K), dtype=torch.float32, device=device)
     if form is not GateForm.g:
-        A_log = torch.zeros(H, device=device) if A_log is None else A_log
-        dt_bias = torch.zeros(H * K, device=device) if dt_bias is None else dt_bias
+        A_log, dt_bias = raw_gate_params(A_log, dt_bias, H, device)
     module = default_loader().module(package, gate_record(form, x.dtype), device.index or 0)
     module["kda_gate"](
         (layout.n_chunks, H), x, A_log, dt_bias, G, layout.chunks, H, float(lower_bound)
