@@ -78,10 +78,20 @@ def names_for(inp) -> list[str]:
 
 @pytest.mark.parametrize("kw", list(CASES.values()), ids=list(CASES))
 def test_backward_matches_float64(kw):
+    """dbeta is checked as the kernel computes it, in fp32, and the returned bf16 dbeta must be
+    exactly its rounding: on these ragged inputs the rounding of the float64 dbeta to bf16 alone
+    costs up to 2.9e-3 per head (a few large entries dominate a 1000-token head), so no bf16 output
+    can meet 2.5e-3 there. On the measuring.md suite (T = 4096) bf16 dbeta is checked as shipped
+    (tools/bench.py --accuracy)."""
     seed = zlib.crc32(str(kw).encode()) % 1000
     inp = make_inputs(RAGGED, heads=4, initial_state=True, seed=seed, device="cuda", **kw)
     do, dht = grads_out(inp, seed)
     out = run_backward(inp, do, dht)
+    # the same kernels with beta given as fp32: identical inputs to every launch, fp32 dbeta out
+    fp32_beta = dataclasses.replace(inp, beta=inp.beta.float())
+    dbeta32 = run_backward(fp32_beta, do, dht)["dbeta"]
+    assert torch.equal(out["dbeta"], dbeta32.to(inp.beta.dtype))
+    out["dbeta"] = dbeta32
     ref = kda_reference_grads(inp, do, dht)
     for name in names_for(inp):
         o, r = out[name], ref[name]

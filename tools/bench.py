@@ -397,6 +397,13 @@ def run_accuracy(args) -> dict[str, Any]:
                 ref = {"o": kda_reference(**x.as_kwargs())[0]}
         else:
             ref = kda_reference_grads(x, do)
+            # no output in beta's dtype can beat the reference rounded to it
+            floor = ref["dbeta"].to(x.beta.dtype)
+            notes.append(
+                f"{case.name} dbeta {x.beta.dtype} rounding floor: whole "
+                f"{rel_l2(floor, ref['dbeta']):.2e}, worst head "
+                f"{max(per_head('dbeta', floor, ref['dbeta'], heads)):.2e}"
+            )
         for impl, path in itertools.product(impls, paths):
             rec: dict[str, Any] = {"case": case.name, "gate": case.gate, "decay": case.regime}
             rec |= {"l2n": case.l2n, "path": path, "impl": impl, "rel_l2": {}, "per_head": {}}

@@ -1,4 +1,5 @@
-"""A small forward set for compute-sanitizer: every variant once, ragged lengths, then sync."""
+"""A small set for compute-sanitizer: every variant once, ragged lengths, forward and backward on
+both paths (saved and replay), then sync."""
 
 from __future__ import annotations
 
@@ -27,7 +28,12 @@ for gate, l2n, lb in (
         initial_state=True,
         device="cuda",
     )
-    o, ht = chunk_kda(**inp.as_kwargs(), output_final_state=True)
-    torch.cuda.synchronize()
-    assert torch.isfinite(o).all() and torch.isfinite(ht).all()
+    for saved in (True, False):
+        leaf = inp.with_grad()
+        o, ht = chunk_kda(**leaf.as_kwargs(), output_final_state=True, disable_recompute=saved)
+        torch.autograd.backward((o, ht), (torch.randn_like(o), torch.randn_like(ht)))
+        torch.cuda.synchronize()
+        assert torch.isfinite(o).all() and torch.isfinite(ht).all()
+        for name in leaf.grad_names():
+            assert torch.isfinite(getattr(leaf, name).grad).all(), (gate, l2n, saved, name)
 print("sanitize_small: ok")

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:33118d6f126fec804d91ea2cfd1819017fa41f37b9ae9677b1279aba1f6798c5
+// identity: sha256:87a74f867e9edcebf66078d517ae9c921600f67235e648bd36d1145462145163
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -124,6 +124,20 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 __device__ __forceinline__ float g4(const float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
+__device__ __forceinline__ float& e4(float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
+// x = hi + lo to ~2^-22 relative, both TF32.
+__device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
+    hi = rtf32(x);
+    lo = rtf32(x - hi);
+}
+
+// The four entries of a (u = u0..u0+3) with u < i (keep_below) or u > i (keep_above); others 0.
+__device__ __forceinline__ float4 keep_below(float4 a, int u0, int i) {
+    return make_float4(u0 < i ? a.x : 0.f, u0 + 1 < i ? a.y : 0.f, u0 + 2 < i ? a.z : 0.f, u0 + 3 < i ? a.w : 0.f);
+}
+__device__ __forceinline__ float4 keep_above(float4 a, int u0, int i) {
+    return make_float4(u0 > i ? a.x : 0.f, u0 + 1 > i ? a.y : 0.f, u0 + 2 > i ? a.z : 0.f, u0 + 3 > i ? a.w : 0.f);
+}
 
 // {s[k0][m], s[k0+1][m], s[k0+2][m], s[k0+3][m]} of a [k][m] fp32 tile of width W.
 template <int W>
@@ -173,6 +187,10 @@ constexpr int SC_DOT = 640;    // [2][4][64] L2-norm row dots (q, k) per column 
 constexpr int SC_SEG = 1152;   // [4][128] reverse-cumsum segment totals
 constexpr int SC_BIAS = 1664;  // [4][128] ddt_bias segment partials
 constexpr int SC_DA = 2176;    // [16] dA_log warp partials
+
+// A diagonal 16x16 block goes through the tensor-core factorisation when its decay span (log2
+// units) is below this: every factor then lies in [2^-96, 2^96], normal fp32 / TF32.
+constexpr float kFastSpan = 96.f;
 
 }  // namespace
 
@@ -321,23 +339,75 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         *reinterpret_cast<float2*>(AK + fx<64>(ia, col)) = make_float2(acc[0], acc[1]);
         *reinterpret_cast<float2*>(AK + fx<64>(ib, col)) = make_float2(acc[2], acc[3]);
     }
-    // Diagonal blocks: exact elementwise 2^(G_i - G_j) in fp32; a warp per entry, 4 dims a lane,
-    // fixed butterfly. Entries on or above the diagonal are written as zeros.
-    for (int e = warp; e < 1024; e += 16) {
-        const int b = e >> 8, ii = 16 * b + ((e >> 4) & 15), jj = 16 * b + (e & 15);
-        float s = 0.f;
-        if (jj < ii) {
-            const float4 gi = ldf4(gs, fx<128>(ii, 4 * lane)), gj = ldf4(gs, fx<128>(jj, 4 * lane));
-            const float4 ki = ld4_bf16(ks, ii, lane), kj = ld4_bf16(ks, jj, lane);
-            s = ki.x * kj.x * cake_ex2(gi.x - gj.x);
-            s = fmaf(ki.y * kj.y, cake_ex2(gi.y - gj.y), s);
-            s = fmaf(ki.z * kj.z, cake_ex2(gi.z - gj.z), s);
-            s = fmaf(ki.w * kj.w, cake_ex2(gi.w - gj.w), s);
+    // Diagonal blocks, warp 12 + b for block b. When the block's decay span
+    // max_d (G_r[d] - G_{r+15}[d]) (log2 units, r = 16 b) is below kFastSpan, the off-diagonal
+    // factorisation on tensor cores: (k_i 2^(G_i - G_r)) . (k_j 2^(G_r - G_j)), the key factor in
+    // [1, 2^kFastSpan), entries j >= i stored as zeros. Otherwise (or if a product overflowed), exact
+    // elementwise fp32: a lane per entry, the 128 dims in order. The choice depends only on this
+    // chunk's own G and k: deterministic and pack invariant.
+    else {
+        const int b = warp - 12, r = 16 * b;
+        const float4 gf = ldf4(gs, fx<128>(r, 4 * lane)), gl_ = ldf4(gs, fx<128>(r + 15, 4 * lane));
+        const float span = fmaxf(fmaxf(gf.x - gl_.x, gf.y - gl_.y), fmaxf(gf.z - gl_.z, gf.w - gl_.w));
+        bool fast = __all_sync(0xffffffffu, span < kFastSpan);
+        float acc[2][4];
 #pragma unroll
-            for (int m = 16; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
-            s *= rkf(ii) * rkf(jj);
+        for (int x = 0; x < 8; ++x) acc[x >> 2][x & 3] = 0.f;
+        const int ia = r + g, ib = ia + 8;
+        if (fast) {
+            const float ra = rkf(ia), rbb = rkf(ib);
+#pragma unroll 2
+            for (int kp = 0; kp < 8; ++kp) {
+                const int d0 = 16 * kp + 4 * t;
+                const float4 gr = ldf4(gs, fx<128>(r, d0)), ga = ldf4(gs, fx<128>(ia, d0));
+                const float4 gb = ldf4(gs, fx<128>(ib, d0));
+                const float4 ka = ld4_bf16(ks, ia, 4 * kp + t), kb = ld4_bf16(ks, ib, 4 * kp + t);
+                float4 alo, ahi;
+                alo.x = rtf32(ka.x * ra * cake_ex2(ga.x - gr.x)); alo.y = rtf32(ka.y * ra * cake_ex2(ga.y - gr.y));
+                alo.z = rtf32(ka.z * ra * cake_ex2(ga.z - gr.z)); alo.w = rtf32(ka.w * ra * cake_ex2(ga.w - gr.w));
+                ahi.x = rtf32(kb.x * rbb * cake_ex2(gb.x - gr.x)); ahi.y = rtf32(kb.y * rbb * cake_ex2(gb.y - gr.y));
+                ahi.z = rtf32(kb.z * rbb * cake_ex2(gb.z - gr.z)); ahi.w = rtf32(kb.w * rbb * cake_ex2(gb.w - gr.w));
+#pragma unroll
+                for (int nh = 0; nh < 2; ++nh) {
+                    const int j = r + 8 * nh + g;
+                    const float rj = rkf(j);
+                    const float4 gj = ldf4(gs, fx<128>(j, d0));
+                    const float4 kj = ld4_bf16(ks, j, 4 * kp + t);
+                    float4 bb;
+                    bb.x = rtf32(kj.x * rj * cake_ex2(gr.x - gj.x)); bb.y = rtf32(kj.y * rj * cake_ex2(gr.y - gj.y));
+                    bb.z = rtf32(kj.z * rj * cake_ex2(gr.z - gj.z)); bb.w = rtf32(kj.w * rj * cake_ex2(gr.w - gj.w));
+                    mma_k16(acc[nh], alo, ahi, bb);
+                }
+            }
+            bool finite = true;
+#pragma unroll
+            for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) finite = finite && isfinite(acc[nh][x]);
+            fast = __all_sync(0xffffffffu, finite);
         }
-        if (lane == 0) AK[fx<64>(ii, jj)] = s;
+        if (fast) {
+#pragma unroll
+            for (int nh = 0; nh < 2; ++nh) {
+                const int col = r + 8 * nh + 2 * t;
+                *reinterpret_cast<float2*>(AK + fx<64>(ia, col)) =
+                    make_float2(col < ia ? acc[nh][0] : 0.f, col + 1 < ia ? acc[nh][1] : 0.f);
+                *reinterpret_cast<float2*>(AK + fx<64>(ib, col)) =
+                    make_float2(col < ib ? acc[nh][2] : 0.f, col + 1 < ib ? acc[nh][3] : 0.f);
+            }
+        } else {
+            for (int e = lane; e < 256; e += 32) {
+                const int ii = r + (e >> 4), jj = r + (e & 15);
+                float s = 0.f;
+                if (jj < ii) {
+                    for (int d = 0; d < 128; ++d)
+                        s = fmaf(ld1_bf16(ks, ii, d) * ld1_bf16(ks, jj, d),
+                                 cake_ex2(gs[fx<128>(ii, d)] - gs[fx<128>(jj, d)]), s);
+                    s *= rkf(ii) * rkf(jj);
+                }
+                AK[fx<64>(ii, jj)] = s;
+            }
+        }
     }
     __syncthreads();
     // Inverses of the four diagonal blocks of (I + M), M = diag(beta) Akk, one column per thread
@@ -740,15 +810,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     for (int n = 0; n < 2; ++n) {
                         const int d = 32 * cq + 8 * (2 * nh + n) + g;
                         const float gr = gs[fx<128>(r, d)];
-                        float bv[4];
+                        float4 bh, bl;  // hi + lo: see (c)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const int j = j0 + e;
-                            bv[e] = rtf32(ld1_bf16(ks, j, d) * rkf(j) * cake_ex2(gr - gs[fx<128>(j, d)]));
+                            split_tf32(ld1_bf16(ks, j, d) * rkf(j) * cake_ex2(gr - gs[fx<128>(j, d)]), e4(bh, e), e4(bl, e));
                         }
-                        const float4 b4 = make_float4(bv[0], bv[1], bv[2], bv[3]);
-                        mma_k16(aq[n], q1lo, q1hi, b4);
-                        mma_k16(ak[n], k1lo, k1hi, b4);
+                        mma_k16(aq[n], q1lo, q1hi, bl);
+                        mma_k16(aq[n], q1lo, q1hi, bh);
+                        mma_k16(ak[n], k1lo, k1hi, bl);
+                        mma_k16(ak[n], k1lo, k1hi, bh);
                     }
                 }
 #pragma unroll
@@ -786,16 +857,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     for (int n = 0; n < 2; ++n) {
                         const int d = 32 * cq + 8 * (2 * nh + n) + g;
                         const float ge = gs[fx<128>(er, d)];
-                        float bq[4], bk[4];
+                        float4 bqh, bql, bkh, bkl;  // hi + lo: see (c)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const int i = k0 + e;
                             const float f = cake_ex2(gs[fx<128>(i, d)] - ge);
-                            bq[e] = rtf32(ld1_bf16(qs, i, d) * rqf(i) * f);
-                            bk[e] = rtf32(ld1_bf16(ks, i, d) * rkf(i) * f);
+                            split_tf32(ld1_bf16(qs, i, d) * rqf(i) * f, e4(bqh, e), e4(bql, e));
+                            split_tf32(ld1_bf16(ks, i, d) * rkf(i) * f, e4(bkh, e), e4(bkl, e));
                         }
-                        mma_k16(aq[n], q1lo, q1hi, make_float4(bq[0], bq[1], bq[2], bq[3]));
-                        mma_k16(ak[n], k1lo, k1hi, make_float4(bk[0], bk[1], bk[2], bk[3]));
+                        mma_k16(aq[n], q1lo, q1hi, bql);
+                        mma_k16(aq[n], q1lo, q1hi, bqh);
+                        mma_k16(ak[n], k1lo, k1hi, bkl);
+                        mma_k16(ak[n], k1lo, k1hi, bkh);
                     }
                 }
 #pragma unroll
@@ -812,59 +885,147 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     }
             }
         }
-        // (c) diagonal block rb, exact elementwise fp32. For each own row i and every row u of the
-        // block: u < i is a row-gradient term of i, u > i a column-gradient term of i (as j),
-        // u = i the diagonal pair, which goes to dq / dk but never to dGamma.
-        // Four columns at a time (register pressure).
+        // (c) diagonal block rb. For each own row i and every row u of the block: u < i is a
+        // row-gradient term of i, u > i a column-gradient term of i (as j), u = i the diagonal pair,
+        // which goes to dq / dk but never to dGamma. When this warp's dims have a decay span below
+        // kFastSpan: tensor cores, rows as in (a) (reference r = 16 rb, u < i kept by masking dA),
+        // columns as in (b) (reference re = r + 15, u > i kept); otherwise, or if a product
+        // overflowed, exact elementwise fp32. Two n-tiles at a time; the choice is per n-tile pair
+        // and depends only on this chunk's own data.
+        {
+            const int r = 16 * rb, re = r + 15, j0 = r + 4 * t;
+            float span = 0.f;
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
+            for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-            for (int xh = 0; xh < 2; ++xh) {
-                const int i = hr == 0 ? i0 : i1;
-                const float rqi = hr == 0 ? rq0 : rq1, rki = hr == 0 ? rk0 : rk1;
-                float qi[4], ki[4], gi[4], rq_[4], rk_[4], cq_[4], ck_[4];
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    const int d = 32 * cq + 8 * (2 * xh + (x >> 1)) + 2 * t + (x & 1);
-                    qi[x] = ld1_bf16(qs, i, d) * rqi;
-                    ki[x] = ld1_bf16(ks, i, d) * rki;
-                    gi[x] = gs[fx<128>(i, d)];
-                    rq_[x] = rk_[x] = cq_[x] = ck_[x] = 0.f;
+                for (int x = 0; x < 2; ++x) {
+                    const int d = 32 * cq + 8 * ni + 2 * t + x;
+                    span = fmaxf(span, gs[fx<128>(r, d)] - gs[fx<128>(re, d)]);
                 }
-#pragma unroll 2
-                for (int uu = 0; uu < 16; ++uu) {
-                    const int u = 16 * rb + uu;
-                    const bool lo = u < i, hi = u > i;
-                    // u < i: dA[i][u] (row terms);  u > i: dA[u][i] (column terms)
-                    const int ra = hi ? u : i, ca = hi ? i : u;
-                    const float a1 = TT[fx<64>(ra, ca)], a2 = AK[fx<64>(ra, ca)];
-                    const float rqu = rqf(u), rku = rkf(u);
+            const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
 #pragma unroll
-                    for (int x = 0; x < 4; ++x) {
-                        const int d = 32 * cq + 8 * (2 * xh + (x >> 1)) + 2 * t + (x & 1);
-                        const float gu = gs[fx<128>(u, d)];
-                        const float ku = ld1_bf16(ks, u, d) * rku;
-                        if (lo) {
-                            const float E = cake_ex2(gi[x] - gu);
-                            rq_[x] = fmaf(a1 * ku, E, rq_[x]);
-                            rk_[x] = fmaf(a2 * ku, E, rk_[x]);
-                        } else if (hi) {
-                            const float qu = ld1_bf16(qs, u, d) * rqu;
-                            const float E = cake_ex2(gu - gi[x]);
-                            cq_[x] = fmaf(a1 * qu, E, cq_[x]);
-                            ck_[x] = fmaf(a2 * ku, E, ck_[x]);
+            for (int nh = 0; nh < 2; ++nh) {
+                bool fast = fast_span;
+                float arq[2][4], ark[2][4], acl[2][4];
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) arq[n][x] = ark[n][x] = acl[n][x] = 0.f;
+                if (fast) {
+                    // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32.
+                    const float4 a1lo = r4(keep_below(ldf4(TT, fx<64>(i0, j0)), j0, i0));
+                    const float4 a1hi = r4(keep_below(ldf4(TT, fx<64>(i1, j0)), j0, i1));
+                    const float4 a2lo = r4(keep_below(ldf4(AK, fx<64>(i0, j0)), j0, i0));
+                    const float4 a2hi = r4(keep_below(ldf4(AK, fx<64>(i1, j0)), j0, i1));
+                    const float4 c1lo = r4(keep_above(ldt4<64>(TT, j0, i0), j0, i0));
+                    const float4 c1hi = r4(keep_above(ldt4<64>(TT, j0, i1), j0, i1));
+                    const float4 c2lo = r4(keep_above(ldt4<64>(AK, j0, i0), j0, i0));
+                    const float4 c2hi = r4(keep_above(ldt4<64>(AK, j0, i1), j0, i1));
+#pragma unroll
+                    for (int n = 0; n < 2; ++n) {
+                        const int d = 32 * cq + 8 * (2 * nh + n) + g;
+                        const float gr = gs[fx<128>(r, d)], ge = gs[fx<128>(re, d)];
+                        // B = hi + lo, both TF32 (error ~2^-22): the row and column terms of a pair
+                        // enter dGamma with opposite signs and cancel in dg's reverse cumsum, so
+                        // their factors must not carry independent TF32 errors. dA's rounding is
+                        // shared by both terms (the same rtf32 of the same value) and cancels.
+                        float4 bkh, bkl, bqh, bql, bch, bcl;
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int u = j0 + e;
+                            const float gu = gs[fx<128>(u, d)];
+                            const float ku = ld1_bf16(ks, u, d) * rkf(u), qu = ld1_bf16(qs, u, d) * rqf(u);
+                            const float f = cake_ex2(gu - ge);
+                            split_tf32(ku * cake_ex2(gr - gu), e4(bkh, e), e4(bkl, e));
+                            split_tf32(qu * f, e4(bqh, e), e4(bql, e));
+                            split_tf32(ku * f, e4(bch, e), e4(bcl, e));
+                        }
+                        mma_k16(arq[n], a1lo, a1hi, bkl);
+                        mma_k16(arq[n], a1lo, a1hi, bkh);
+                        mma_k16(ark[n], a2lo, a2hi, bkl);
+                        mma_k16(ark[n], a2lo, a2hi, bkh);
+                        mma_k16(acl[n], c1lo, c1hi, bql);
+                        mma_k16(acl[n], c2lo, c2hi, bcl);
+                        mma_k16(acl[n], c1lo, c1hi, bqh);
+                        mma_k16(acl[n], c2lo, c2hi, bch);
+                    }
+                    bool finite = true;
+#pragma unroll
+                    for (int n = 0; n < 2; ++n)
+#pragma unroll
+                        for (int x = 0; x < 4; ++x)
+                            finite = finite && isfinite(arq[n][x]) && isfinite(ark[n][x]) && isfinite(acl[n][x]);
+                    fast = __all_sync(0xffffffffu, finite);
+                }
+                if (fast) {
+                    const float dd0 = TT[fx<64>(i0, i0)], dd1 = TT[fx<64>(i1, i1)];  // s dAqk_ii
+#pragma unroll
+                    for (int n = 0; n < 2; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
+                            const float gi = gs[fx<128>(i, d)];
+                            const float er = cake_ex2(gi - gs[fx<128>(r, d)]);
+                            const float fc = cake_ex2(gs[fx<128>(re, d)] - gi);
+                            const float rq_ = er * arq[n][e], rk_ = er * ark[n][e], col = fc * acl[n][e];
+                            const float qi = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
+                            const float ki = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                            const float dd = e < 2 ? dd0 : dd1;
+                            RC[fx<128>(i, d)] += rq_ + dd * ki;
+                            DK[fx<128>(i, d)] += rk_ + col + dd * qi;
+                            RD[fx<128>(i, d)] += qi * rq_ + ki * rk_ - ki * col;
+                        }
+                } else {  // exact elementwise fp32, n-tiles 2 nh, 2 nh + 1
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr) {
+                        const int xh = nh;
+                        const int i = hr == 0 ? i0 : i1;
+                        const float rqi = hr == 0 ? rq0 : rq1, rki = hr == 0 ? rk0 : rk1;
+                        float qi[4], ki[4], gi[4], rq_[4], rk_[4], cq_[4], ck_[4];
+#pragma unroll
+                        for (int x = 0; x < 4; ++x) {
+                            const int d = 32 * cq + 8 * (2 * xh + (x >> 1)) + 2 * t + (x & 1);
+                            qi[x] = ld1_bf16(qs, i, d) * rqi;
+                            ki[x] = ld1_bf16(ks, i, d) * rki;
+                            gi[x] = gs[fx<128>(i, d)];
+                            rq_[x] = rk_[x] = cq_[x] = ck_[x] = 0.f;
+                        }
+#pragma unroll 2
+                        for (int uu = 0; uu < 16; ++uu) {
+                            const int u = 16 * rb + uu;
+                            const bool lo = u < i, hi = u > i;
+                            // u < i: dA[i][u] (row terms);  u > i: dA[u][i] (column terms)
+                            const int ra = hi ? u : i, ca = hi ? i : u;
+                            const float a1 = TT[fx<64>(ra, ca)], a2 = AK[fx<64>(ra, ca)];
+                            const float rqu = rqf(u), rku = rkf(u);
+#pragma unroll
+                            for (int x = 0; x < 4; ++x) {
+                                const int d = 32 * cq + 8 * (2 * xh + (x >> 1)) + 2 * t + (x & 1);
+                                const float gu = gs[fx<128>(u, d)];
+                                const float ku = ld1_bf16(ks, u, d) * rku;
+                                if (lo) {
+                                    const float E = cake_ex2(gi[x] - gu);
+                                    rq_[x] = fmaf(a1 * ku, E, rq_[x]);
+                                    rk_[x] = fmaf(a2 * ku, E, rk_[x]);
+                                } else if (hi) {
+                                    const float qu = ld1_bf16(qs, u, d) * rqu;
+                                    const float E = cake_ex2(gu - gi[x]);
+                                    cq_[x] = fmaf(a1 * qu, E, cq_[x]);
+                                    ck_[x] = fmaf(a2 * ku, E, ck_[x]);
+                                }
+                            }
+                        }
+                        const float dd = TT[fx<64>(i, i)];  // s dAqk_ii: the diagonal pair, kept out of dGamma
+#pragma unroll
+                        for (int x = 0; x < 4; ++x) {
+                            const int ni = 2 * xh + (x >> 1), e = 2 * hr + (x & 1);
+                            const float col = cq_[x] + ck_[x];
+                            const int d = 32 * cq + 8 * ni + 2 * t + (x & 1);
+                            RC[fx<128>(i, d)] += rq_[x] + dd * ki[x];
+                            DK[fx<128>(i, d)] += rk_[x] + col + dd * qi[x];
+                            RD[fx<128>(i, d)] += qi[x] * rq_[x] + ki[x] * rk_[x] - ki[x] * col;
                         }
                     }
-                }
-                const float dd = TT[fx<64>(i, i)];  // s dAqk_ii: the diagonal pair, kept out of dGamma
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    const int ni = 2 * xh + (x >> 1), e = 2 * hr + (x & 1);
-                    const float col = cq_[x] + ck_[x];
-                    const int d = 32 * cq + 8 * ni + 2 * t + (x & 1);
-                    RC[fx<128>(i, d)] += rq_[x] + dd * ki[x];
-                    DK[fx<128>(i, d)] += rk_[x] + col + dd * qi[x];
-                    RD[fx<128>(i, d)] += qi[x] * rq_[x] + ki[x] * rk_[x] - ki[x] * col;
                 }
             }
         }

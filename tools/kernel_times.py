@@ -1,0 +1,58 @@
+"""Where cake's time goes: one fwd+bwd of chunk_kda per benchmark row under torch.profiler,
+printed as per-kernel GPU time (kernels launched through the driver API show up too).
+
+  python tools/kernel_times.py --rows 1doc,R2 --variant g:off:saved
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import ROWS, bench_inputs, parse_variants  # noqa: E402
+
+from cake.kda import chunk_kda  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", default="1doc,4doc,R2,m2")
+    p.add_argument("--variant", default="g:off:saved")
+    p.add_argument("--calls", type=int, default=5)
+    args = p.parse_args()
+    (v,) = parse_variants(args.variant)
+    for name in args.rows.split(","):
+        x = bench_inputs(ROWS[name], v.gate, v.l2n, 0, "cuda").with_grad()
+        do = torch.randn(x.v.shape, device="cuda", dtype=x.v.dtype)
+        leaves = [getattr(x, n) for n in x.grad_names()]
+
+        def step(x=x, leaves=leaves, do=do) -> None:  # noqa: ANN001
+            o = chunk_kda(**x.as_kwargs(), disable_recompute=v.path == "saved")[0]
+            torch.autograd.grad(o, leaves, do)
+
+        step()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.calls):
+                step()
+            torch.cuda.synchronize()
+        total: dict[str, float] = defaultdict(float)
+        count: dict[str, int] = defaultdict(int)
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                total[e.name] += e.device_time_total / args.calls
+                count[e.name] += 1
+        print(f"{name} {v.key}: per fwd+bwd, us")
+        for k, t in sorted(total.items(), key=lambda kv: -kv[1])[:14]:
+            print(f"  {t:9.1f}  x{count[k] // args.calls:<3d} {k[:80]}")
+        print(f"  {sum(total.values()):9.1f}  total kernel time")
+
+
+if __name__ == "__main__":
+    main()
