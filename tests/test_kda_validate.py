@@ -160,6 +160,9 @@ CASES = {
         ValueError,
         "safe_gate=True",
     ),
+    "segments-zero": (dict(segments=0), ValueError, "segments must be None or an int >= 1"),
+    "segments-bool": (dict(segments=True), ValueError, "segments must be None or an int >= 1"),
+    "segments-float": (dict(segments=2.0), ValueError, "segments must be None or an int >= 1"),
     "cpu-tensors": (dict(), ValueError, "must be on a CUDA device"),
 }
 

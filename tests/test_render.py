@@ -178,9 +178,12 @@ def test_render_deletes_artifacts_no_entry_names(tree: Tree) -> None:
     assert not stray.exists()
 
 
-def test_render_alone_leaves_copies_stale_until_migrate(tree: Tree) -> None:
-    append_line(tree, GATE_TEMPLATE, "// edited by a test")
-    rerendered = users_of_template(load_manifest(tree.manifest), "kda/gate.cu.j2")
+@pytest.mark.parametrize("template", ["gate.cu.j2", "fwd_state.cu.j2", "bwd_chunk.cu.j2"])
+def test_render_alone_leaves_copies_stale_until_migrate(tree: Tree, template: str) -> None:
+    """A kda_det template edit reaches kda_cp's copies (the segment-parallel runs' programs) only
+    through `cake migrate`; until then migrate --check and verify name every stale copy."""
+    append_line(tree, f"generators/templates/kda/{template}", "// edited by a test")
+    rerendered = users_of_template(load_manifest(tree.manifest), f"kda/{template}")
     copies = {
         e.program
         for e in load_manifest(tree.manifest).entries

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -58,7 +59,7 @@ from kda_reference import kda_reference, kda_reference_grads, rel_l2, rel_l2_per
 
 LOWER_BOUND = -5.0
 DEVICE = "cuda"  # a module constant so the control flow can be exercised on CPU with stand-ins
-IMPLS = ("fla", "cake")
+IMPLS = ("fla", "cake", "cake1")  # cake1: cake with segments=1 (serial state passes)
 OPS = ("fwd", "bwd", "fwd+bwd")
 GATES = ("g", "raw")
 L2NS = ("off", "fused")
@@ -159,7 +160,7 @@ class Unavailable(Exception):
 
 
 def load_impl(name: str) -> Callable[..., Any]:
-    module = {"fla": "fla.ops.kda", "cake": "cake.kda"}[name]
+    module = {"fla": "fla.ops.kda", "cake": "cake.kda", "cake1": "cake.kda"}[name]
     try:
         mod = importlib.import_module(module)
     except Exception as exc:  # reported as n/a with the reason, never hidden
@@ -167,6 +168,8 @@ def load_impl(name: str) -> Callable[..., Any]:
     fn = getattr(mod, "chunk_kda", None)
     if fn is None:
         raise Unavailable(f"{module} has no chunk_kda")
+    if name == "cake1":
+        return functools.partial(fn, segments=1)
     return fn
 
 
@@ -303,8 +306,11 @@ def speed_record(row: Row, v: Variant, op: str, per_impl) -> dict[str, Any]:
         times, peak = per_impl.get(impl, ({}, None))
         rec[f"{impl}_ms"] = times.get(op)
         rec[f"{impl}_peak_mib"] = peak
-    fla, cake = rec["fla_ms"], rec["cake_ms"]
+    fla, cake, serial = rec["fla_ms"], rec["cake_ms"], rec["cake1_ms"]
     rec["speedup"] = fla / cake if fla is not None and cake is not None and cake > 0 else None
+    rec["vs_serial"] = (
+        serial / cake if serial is not None and cake is not None and cake > 0 else None
+    )
     return rec
 
 
@@ -466,6 +472,8 @@ SPEED_HEADER = (
     "speedup",
     "fla MiB",
     "cake MiB",
+    "cake P=1 ms",
+    "auto P vs P=1",
 )
 
 
@@ -485,6 +493,8 @@ def speed_cells(rec: dict[str, Any]) -> list[str]:
         _num(rec["speedup"], ".2f") + ("x" if rec["speedup"] is not None else ""),
         _num(rec["fla_peak_mib"], ".0f"),
         _num(rec["cake_peak_mib"], ".0f"),
+        _num(rec.get("cake1_ms"), ".3f"),
+        _num(rec.get("vs_serial"), ".2f") + ("x" if rec.get("vs_serial") is not None else ""),
     ]
 
 
@@ -647,7 +657,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="'all' or comma list of gate:l2n:path, '*' allowed (e.g. 'raw:*:saved')",
     )
     p.add_argument("--ops", default="fwd,bwd,fwd+bwd", help="comma list of fwd, bwd, fwd+bwd")
-    p.add_argument("--impl", default="fla,cake", help="comma list of fla, cake")
+    p.add_argument(
+        "--impl",
+        default="fla,cake",
+        help="comma list of fla, cake, cake1 (cake with segments=1: the serial state passes)",
+    )
     p.add_argument(
         "--samples", type=int, default=15, help="samples per measurement (median reported)"
     )

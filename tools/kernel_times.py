@@ -1,5 +1,6 @@
 """Where cake's time goes: one fwd+bwd of chunk_kda per benchmark row under torch.profiler,
-printed as per-kernel GPU time (kernels launched through the driver API show up too).
+printed as per-kernel GPU time (kernels launched through the driver API show up too), and the
+peak memory of one fwd+bwd (inputs included, as tools/bench.py measures it).
 
   python tools/kernel_times.py --rows 1doc,R2 --variant g:off:saved
 """
@@ -38,6 +39,10 @@ def main() -> None:
 
         step()
         torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() / 2**20
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(args.calls):
                 step()
@@ -51,7 +56,9 @@ def main() -> None:
         print(f"{name} {v.key}: per fwd+bwd, us")
         for k, t in sorted(total.items(), key=lambda kv: -kv[1])[:14]:
             print(f"  {t:9.1f}  x{count[k] // args.calls:<3d} {k[:80]}")
-        print(f"  {sum(total.values()):9.1f}  total kernel time")
+        print(
+            f"  {sum(total.values()):9.1f}  total kernel time; peak memory of one fwd+bwd {peak:.0f} MiB"
+        )
 
 
 if __name__ == "__main__":

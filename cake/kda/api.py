@@ -73,13 +73,19 @@ def chunk_kda(
     cp_context: Any = None,
     use_graph: bool = False,
     max_num_seqs: int | None = None,
+    segments: int | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Chunked KDA, deterministic: same inputs give the same bits on the same arch.
 
     Shapes as in FLA: q, k, v `[B, T, H, 128]` bf16, g `[B, T, H, 128]` (fp32 log gate, or the raw
     gate input when use_gate_in_kernel), beta `[B, T, H]`, initial_state fp32 `[N, H, 128, 128]`.
-    Returns (o `[B, T, H, 128]` bf16, final state fp32 `[N, H, 128, 128]` or None)."""
+    Returns (o `[B, T, H, 128]` bf16, final state fp32 `[N, H, 128, 128]` or None).
+
+    `segments` (cake's own): how many segments each sequence's state passes are split into (long
+    sequences run segment-parallel, cake/kda/segments.py). None chooses per sequence from its own
+    length and the head count; 1 is the serial path; results are bitwise reproducible for a given
+    value (and, with None, a given GPU model)."""
     extra = check_kwargs(kwargs)
     if "transpose_state_layout" in extra:
         if state_v_first:
@@ -118,6 +124,10 @@ def chunk_kda(
         raise ValueError(
             f"max_num_seqs={max_num_seqs} but cu_seqlens holds {len(shapes.cu_seqlens) - 1} sequences"
         )
+    if segments is not None and (
+        isinstance(segments, bool) or not isinstance(segments, int) or segments < 1
+    ):
+        raise ValueError(f"segments must be None or an int >= 1, got {segments!r}")
     check_device(q)
     if use_gate_in_kernel:
         form = GateForm.sigmoid if lower_bound is not None else GateForm.softplus
@@ -132,6 +142,7 @@ def chunk_kda(
         lower_bound=float(lower_bound) if lower_bound is not None else 0.0,
         store_final_state=output_final_state,
         saved=disable_recompute,
+        segments=segments,
     )
     o, ht = _ChunkKDA.apply(q, k, v, g, beta, A_log, dt_bias, initial_state, config)
     if ht is not None and state_v_first:

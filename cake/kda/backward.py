@@ -19,9 +19,10 @@ import torch
 
 from ..loader import default_loader
 from ..spec import DType, GateForm, Stage, Variant
-from .forward import BV, Config, K, V, chunk_record, forward
+from . import segments as seg
+from .forward import BV, Config, K, V, chunk_record, forward, package_for, segment_plan
 from .layout import CHUNK, layout_for
-from .stages import PACKAGE, raw_gate_params
+from .stages import raw_gate_params
 
 
 def bwd_chunk_record(config: Config, x_dtype: torch.dtype) -> str:
@@ -72,8 +73,10 @@ def backward(  # noqa: ANN201
     dev = device.index or 0
     layout = layout_for(config.cu_seqlens, device)
     N, NC = layout.n_seqs, layout.n_chunks
+    plan = segment_plan(config, H, device)
+    pkg = package_for(plan)
     loader = default_loader()
-    loader.ensure([(PACKAGE, r) for r in records(config, g.dtype, replay=saved is None)], dev)
+    loader.ensure([(pkg, r) for r in records(config, g.dtype, replay=saved is None)], dev)
     if saved is None:
         saved = replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config)
     f32 = dict(dtype=torch.float32, device=device)
@@ -86,12 +89,15 @@ def backward(  # noqa: ANN201
     dVn = torch.empty((NC, H, CHUNK, V), **f32)
     dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
     dht_ = dht.float().contiguous() if dht is not None else None
-    bstate = loader.module(PACKAGE, Variant(stage=Stage.bwd_state).key, dev)
-    bstate["kda_bwd_state"](
-        (V // BV, H, N), saved["Qg"], saved["W"], saved["Kd"], saved["Aqk"], saved["gl"], do,
-        layout.chunks, layout.seq_chunks, dht_, dS_end, dVn, dh0, H, int(dht_ is not None),
-        int(dh0 is not None),
-    )  # fmt: skip
+    bstate = loader.module(pkg, Variant(stage=Stage.bwd_state).key, dev)["kda_bwd_state"]
+    ops = (saved["Qg"], saved["W"], saved["Kd"], saved["Aqk"], saved["gl"], do, layout.chunks)
+    if not plan.any_split:
+        bstate(
+            (V // BV, H, N), *ops, layout.seq_chunks, dht_, dS_end, dVn, dh0, H,
+            int(dht_ is not None), int(dh0 is not None),
+        )  # fmt: skip
+    else:
+        _segmented_reverse_pass(bstate, plan, ops, saved["M"], dht_, dS_end, dVn, dh0, H)
 
     # K2: chunk-parallel gradients.
     raw = config.gate is not GateForm.g
@@ -111,7 +117,7 @@ def backward(  # noqa: ANN201
         dA_part = torch.empty((NC, H), **f32)
         dbias_part = torch.empty((NC, H, K), **f32)
         x = g
-    bchunk = loader.module(PACKAGE, bwd_chunk_record(config, g.dtype), dev)
+    bchunk = loader.module(pkg, bwd_chunk_record(config, g.dtype), dev)
     bchunk["kda_bwd_chunk"](
         (NC, H), q, k, v, do, beta32, saved["G"], x, A, bias, layout.chunks, saved["states"],
         dS_end, dVn, dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
@@ -121,7 +127,7 @@ def backward(  # noqa: ANN201
     if raw:
         dA_log = torch.empty(H, **f32)
         ddt_bias = torch.empty(H * K, **f32)
-        red = loader.module(PACKAGE, Variant(stage=Stage.bwd_reduce).key, dev)
+        red = loader.module(pkg, Variant(stage=Stage.bwd_reduce).key, dev)
         red["kda_bwd_gate_reduce"]((H,), dA_part, dbias_part, dA_log, ddt_bias, NC, H)
         if A_log is not None:
             out["dA_log"] = dA_log
@@ -130,3 +136,23 @@ def backward(  # noqa: ANN201
     if dh0 is not None:
         out["dh0"] = dh0
     return out
+
+
+def _segmented_reverse_pass(
+    bstate, plan: seg.Plan, ops, M_loc, dht, dS_end, dVn, dh0, H: int
+) -> None:  # noqa: ANN001
+    """Local reverse passes over the split sequences' segments from a zero end gradient (their start
+    gradients dB; dS_end and dVn written there are overwritten below), the float64 combine with the
+    forward's transitions, then the serial program over every row from its true end gradient."""
+    f32 = dict(dtype=dS_end.dtype, device=dS_end.device)
+    R_loc = int(plan.local_rows.shape[0])
+    dB_loc = torch.empty((R_loc, H, K, V), **f32)
+    bstate((V // BV, H, R_loc), *ops, plan.local_rows, None, dS_end, dVn, dB_loc, H, 0, 1)
+    Y = seg.combine_backward(plan, dB_loc, M_loc, dht, H)
+    dh0_rows = torch.empty((plan.n_rows, H, K, V), **f32) if dh0 is not None else None
+    bstate(
+        (V // BV, H, plan.n_rows), *ops, plan.rows, Y, dS_end, dVn, dh0_rows, H, 1,
+        int(dh0_rows is not None),
+    )  # fmt: skip
+    if dh0 is not None and dh0_rows is not None:
+        dh0.copy_(dh0_rows[list(plan.first_row)])

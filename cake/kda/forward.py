@@ -1,5 +1,6 @@
 """The KDA forward as a sequence of program launches: chunk-parallel stage (with the gate and its
-chunk-local cumsum fused in), state pass."""
+chunk-local cumsum fused in), state pass. Long sequences run the state pass segment-parallel
+(cake/kda/segments.py) with the kda_cp package's copies of the same programs."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import torch
 
 from ..loader import default_loader
 from ..spec import DType, GateForm, L2Norm, Stage, Variant
+from . import segments as seg
 from .layout import CHUNK, layout_for
-from .stages import PACKAGE, raw_gate_params
+from .stages import PACKAGE, PACKAGE_CP, raw_gate_params
 
 K = V = 128
 BV = 64  # value columns per state-pass block (the fwd_state template says why)
@@ -26,6 +28,7 @@ class Config:
     lower_bound: float
     store_final_state: bool
     saved: bool  # disable_recompute: keep what the backward needs
+    segments: int | None = None  # state-pass segments per sequence: None = automatic, 1 = serial
 
 
 def chunk_record(config: Config, g_dtype: torch.dtype) -> str:
@@ -37,11 +40,25 @@ def chunk_record(config: Config, g_dtype: torch.dtype) -> str:
 
 
 def records(config: Config, g_dtype: torch.dtype) -> list[str]:
-    """The kda_det records one forward call launches, in launch order."""
+    """The records one forward call launches, in launch order (in `package_for`'s package)."""
     return [
         chunk_record(config, g_dtype),
         Variant(stage=Stage.fwd_state).key,
     ]
+
+
+def segment_plan(config: Config, heads: int, device: torch.device) -> seg.Plan:
+    """The state passes' segment table for this call (the same in the forward and the backward)."""
+    sms = 132
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+    segments = seg.choose_segments(config.cu_seqlens, heads, sms, config.segments)
+    return seg.plan_for(segments, config.cu_seqlens, device)
+
+
+def package_for(plan: seg.Plan) -> str:
+    """kda_det for serial runs; kda_cp (copies of the same programs) when a sequence is split."""
+    return PACKAGE_CP if plan.any_split else PACKAGE
 
 
 def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool = False):  # noqa: ANN001, ANN201
@@ -53,11 +70,13 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
     dev = device.index or 0
     layout = layout_for(config.cu_seqlens, device)
     N, NC = layout.n_seqs, layout.n_chunks
+    plan = segment_plan(config, H, device)
+    pkg = package_for(plan)
     loader = default_loader()
     # Select and fetch every program first, so that an offline miss names all of them at once.
-    loader.ensure([(PACKAGE, r) for r in records(config, g.dtype)], dev)
-    chunk = loader.module(PACKAGE, chunk_record(config, g.dtype), dev)
-    state = loader.module(PACKAGE, Variant(stage=Stage.fwd_state).key, dev)
+    loader.ensure([(pkg, r) for r in records(config, g.dtype)], dev)
+    chunk = loader.module(pkg, chunk_record(config, g.dtype), dev)
+    state = loader.module(pkg, Variant(stage=Stage.fwd_state).key, dev)
 
     x = g.view(T, H, K)
     if config.gate is not GateForm.g:
@@ -96,23 +115,45 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
     )
     o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device)
     ht = torch.empty((N, H, K, V), **f32) if config.store_final_state else None
-    state["kda_fwd_state"](
-        (V // BV, H, N),
-        W,
-        U,
-        Qg,
-        Kd,
-        Aqk,
-        gl,
-        layout.chunks,
-        layout.seq_chunks,
-        h0,
-        o,
-        ht,
-        states,
-        H,
-        int(h0 is not None),
-        int(ht is not None),
-    )
+    ops = (W, U, Qg, Kd, Aqk, gl, layout.chunks)
+    M = None
+    if not plan.any_split:
+        state["kda_fwd_state"](
+            (V // BV, H, N), *ops, layout.seq_chunks, h0, o, ht, states, H,
+            int(h0 is not None), int(ht is not None),
+        )  # fmt: skip
+    else:
+        M, ht = _segmented_state_pass(state["kda_fwd_state"], plan, ops, U, h0, o, ht, states, H)
     saved = dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, states=states) if keep else None
+    if saved is not None and M is not None:
+        saved["M"] = M
     return o, ht, saved
+
+
+def _segmented_state_pass(fwd_state, plan: seg.Plan, ops, U, h0, o, ht, states, H: int):  # noqa: ANN001, ANN202
+    """Local passes over the split sequences' segments (end states B from zero, transitions M from
+    the identity with U = 0), the float64 combine, then the serial program over every row from its
+    true start. The local passes write o too; the fix-up overwrites every row of it. Returns
+    (M of every local row, the final states)."""
+    W, _, Qg, Kd, Aqk, gl, chunks = ops
+    f32 = dict(dtype=U.dtype, device=U.device)  # float32 (float64 in the CPU tests' stand-ins)
+    R_loc = int(plan.local_rows.shape[0])
+    B_loc = torch.empty((R_loc, H, K, V), **f32)
+    fwd_state(
+        (V // BV, H, R_loc), *ops, plan.local_rows, None, o, B_loc, None, H, 0, 1
+    )  # fmt: skip
+    M_loc = torch.empty((R_loc, H, K, K), **f32)
+    eye = torch.eye(K, **f32).expand(R_loc, H, K, K).contiguous()
+    fwd_state(
+        (V // BV, H, R_loc), W, torch.zeros_like(U), Qg, Kd, Aqk, gl, chunks, plan.local_rows,
+        eye, o, M_loc, None, H, 1, 1,
+    )  # fmt: skip
+    X = seg.combine_forward(plan, B_loc, M_loc, h0, H)
+    ht_rows = torch.empty((plan.n_rows, H, K, V), **f32) if ht is not None else None
+    fwd_state(
+        (V // BV, H, plan.n_rows), *ops, plan.rows, X, o, ht_rows, states, H, 1,
+        int(ht_rows is not None),
+    )  # fmt: skip
+    if ht is not None and ht_rows is not None:
+        ht.copy_(ht_rows[list(plan.last_row)])
+    return M_loc, ht

@@ -9,6 +9,7 @@ from ..spec import DType, GateForm, Stage, Variant
 from .layout import Layout
 
 PACKAGE = "kda_det"
+PACKAGE_CP = "kda_cp"  # the same programs, copied; used when a long sequence is split
 
 
 def raw_gate_params(A_log, dt_bias, H: int, device):  # noqa: ANN001, ANN201

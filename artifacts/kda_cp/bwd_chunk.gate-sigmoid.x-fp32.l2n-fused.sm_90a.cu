@@ -1,0 +1,1208 @@
+// GENERATED FILE, DO NOT EDIT.
+// copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a by cake migrate
+// record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
+// identity: sha256:0280cf7e12fb44a91e7e92129fe940083ba625115abc9aefd31b71d9df5c444f
+// ---- begin cake/bf16.cuh ----
+
+// bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
+__device__ __forceinline__ float cake_bf16_lo(unsigned int packed) {
+    return __uint_as_float(packed << 16);
+}
+
+__device__ __forceinline__ float cake_bf16_hi(unsigned int packed) {
+    return __uint_as_float(packed & 0xffff0000u);
+}
+
+__device__ __forceinline__ float cake_bf16_to_f32(unsigned short bits) {
+    return __uint_as_float(((unsigned int)bits) << 16);
+}
+
+// Round to nearest even, as torch does; PTX packs the first source into the upper half.
+__device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// ---- end cake/bf16.cuh ----
+// ---- begin cake/mma.cuh ----
+
+// Round-to-nearest-away, the rounding the TF32 error budget in docs/kernel-notes.md assumes;
+// feeding raw fp32 bits to the tensor core would truncate instead.
+__device__ __forceinline__ unsigned int cake_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:
+// a0 (g, k0) a1 (g+8, k0) a2 (g, k1) a3 (g+8, k1); b0 (k0, g) b1 (k1, g);
+// d0,d1 (g, 2t..2t+1) d2,d3 (g+8, 2t..2t+1). Callers choose the pair (k0, k1) a lane covers; any
+// bijection onto the 8 reduction slots is valid as long as A and B use the same one.
+__device__ __forceinline__ void cake_mma_tf32(float (&d)[4], unsigned int a0, unsigned int a1,
+                                              unsigned int a2, unsigned int a3, unsigned int b0,
+                                              unsigned int b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// ---- end cake/mma.cuh ----
+// ---- begin cake/cp_async.cuh ----
+
+__device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned int)a;
+}
+
+// 16-byte global->shared copy that bypasses L1 (every byte is read once per block). src_bytes < 16
+// zero-fills the rest, which is how rows past a short chunk become exact zeros.
+__device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cake_cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cake_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+// ---- end cake/cp_async.cuh ----
+// ---- begin cake/fmath.cuh ----
+
+#define CAKE_LOG2E 1.4426950408889634f
+
+// MUFU.EX2: about 2 ulp, flushes results below 2^-126 to zero. Every caller passes a non-positive
+// exponent (a bounded difference of cumulative log gates), so flushing only drops terms that are
+// negligible against the ones kept.
+__device__ __forceinline__ float cake_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float cake_sigmoid_ex2(float x) {
+    return 1.0f / (1.0f + cake_ex2(-x * CAKE_LOG2E));
+}
+// ---- end cake/fmath.cuh ----
+// ---- begin cake/gate.cuh ----
+// KDA gate activations, shared by the forward gate stage and (later) its backward.
+
+__device__ __forceinline__ float cake_bf16_bits_to_float(unsigned short bits) {
+    return __uint_as_float(((unsigned int)bits) << 16);
+}
+
+// softplus with torch's threshold: above 20 it is the identity to fp32 rounding.
+__device__ __forceinline__ float cake_softplus(float x) {
+    return x > 20.f ? x : log1pf(expf(x));
+}
+
+__device__ __forceinline__ float cake_sigmoid(float x) {
+    return 1.f / (1.f + expf(-x));
+}
+
+// g = -exp(A_log) * softplus(x + dt_bias)
+__device__ __forceinline__ float cake_gate_softplus(float x, float a_log, float dt_bias) {
+    return -expf(a_log) * cake_softplus(x + dt_bias);
+}
+
+// g = lower_bound * sigmoid(exp(A_log) * (x + dt_bias)), with -5 <= lower_bound < 0
+__device__ __forceinline__ float cake_gate_sigmoid(float x, float a_log, float dt_bias, float lower_bound) {
+    return lower_bound * cake_sigmoid(expf(a_log) * (x + dt_bias));
+}
+// ---- end cake/gate.cuh ----
+
+namespace {
+
+constexpr bool kL2Norm = true;
+constexpr int kGate = 2;
+typedef float x_t;
+__device__ __forceinline__ float load_x(const x_t* p) { return *p; }
+__device__ __forceinline__ void store_dx(x_t* p, float v) { *p = v; }
+
+// ---- shared-memory tile layouts -------------------------------------------------------------
+// fp32 tiles of width 64 or 128 with their 16-byte chunks XOR-swizzled per row by
+// swz(r) = 2((r >> 2) & 3) ^ 4(r & 1). The four fragment reads used here are conflict-free:
+//  - natural float4 reads (lane (g, t) -> row n0 + g, chunk c0 + t): rows 2q, 2q+1 of a
+//    quarter-warp differ in bit 2 of the swizzle;
+//  - transposed scalar gathers (lane (g, t) -> row k0 + 4t + e, column n0 + g, e fixed): the four
+//    t take distinct (r >> 2) & 3, so the two 16-byte chunks of the 8 columns spread over 8 chunks.
+__device__ __forceinline__ int swz(int r) { return (((r >> 2) & 3) << 1) ^ ((r & 1) << 2); }
+template <int W>
+__device__ __forceinline__ int fx(int r, int c) { return r * W + ((((c >> 2) ^ swz(r))) << 2) + (c & 3); }
+
+// bf16 [64][128] tiles (q, k, v, dO): kda_fwd_chunk's layout, u = 4-element unit (0..31).
+__device__ __forceinline__ int sw_bf16(int r) { return ((r ^ (r >> 2)) & 3) << 2; }
+__device__ __forceinline__ int at_bf16(int r, int u) { return r * 128 + ((u ^ sw_bf16(r)) << 2); }
+__device__ __forceinline__ float4 ld4_bf16(const unsigned short* s, int r, int u) {
+    const uint2 p = *reinterpret_cast<const uint2*>(s + at_bf16(r, u));
+    return make_float4(cake_bf16_lo(p.x), cake_bf16_hi(p.x), cake_bf16_lo(p.y), cake_bf16_hi(p.y));
+}
+__device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d) {
+    return cake_bf16_to_f32(s[at_bf16(r, d >> 2) + (d & 3)]);
+}
+
+__device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
+__device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
+__device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
+__device__ __forceinline__ float g4(const float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
+__device__ __forceinline__ float& e4(float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
+// x = hi + lo to ~2^-22 relative, both TF32.
+__device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
+    hi = rtf32(x);
+    lo = rtf32(x - hi);
+}
+
+// The four entries of a (u = u0..u0+3) with u < i (keep_below) or u > i (keep_above); others 0.
+__device__ __forceinline__ float4 keep_below(float4 a, int u0, int i) {
+    return make_float4(u0 < i ? a.x : 0.f, u0 + 1 < i ? a.y : 0.f, u0 + 2 < i ? a.z : 0.f, u0 + 3 < i ? a.w : 0.f);
+}
+__device__ __forceinline__ float4 keep_above(float4 a, int u0, int i) {
+    return make_float4(u0 > i ? a.x : 0.f, u0 + 1 > i ? a.y : 0.f, u0 + 2 > i ? a.z : 0.f, u0 + 3 > i ? a.w : 0.f);
+}
+
+// {s[k0][m], s[k0+1][m], s[k0+2][m], s[k0+3][m]} of a [k][m] fp32 tile of width W.
+template <int W>
+__device__ __forceinline__ float4 ldt4(const float* s, int k0, int m) {
+    return make_float4(s[fx<W>(k0, m)], s[fx<W>(k0 + 1, m)], s[fx<W>(k0 + 2, m)], s[fx<W>(k0 + 3, m)]);
+}
+
+// A 16x8 by 16-deep product step; lane (g, t) holds reduction indices 4t..4t+3 of the 16 (first
+// mma 4t, 4t+1; second 4t+2, 4t+3; the same map for A and B). Operands must be TF32 already.
+__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi, const float4& b) {
+    cake_mma_tf32(d, __float_as_uint(a_lo.x), __float_as_uint(a_hi.x), __float_as_uint(a_lo.y),
+                  __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));
+    cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),
+                  __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
+}
+
+// Compiler-only fence: shared-memory loads after it are not hoisted above it, which bounds how many
+// elements' operands an unrolled epilogue keeps in flight (register pressure). No instruction.
+__device__ __forceinline__ void cake_sched_fence() { asm volatile("" ::: "memory"); }
+
+__device__ __forceinline__ int cake_opaque(int x) { asm volatile("" : "+r"(x)); return x; }
+
+__device__ __forceinline__ void zero16(float (&a)[4][4]) {
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) a[n][x] = 0.f;
+}
+
+// Shared-memory map (bytes).
+constexpr int OFF_Q = 0, OFF_K = 16384, OFF_V = 32768, OFF_O = 49152;  // bf16 [64][128]
+constexpr int OFF_G = 65536;    // fp32 [64][128]: Gamma * log2(e), rows >= L repeat row L-1
+constexpr int OFF_AK = 98304;   // fp32 [64][64]: Akk, later dAkk = beta * dM
+constexpr int OFF_T = 114688;   // fp32 [64][64]: T, later dA1 = scale * dAqk (lower, incl. diagonal)
+constexpr int OFF_C = 131072;   // fp32 [64][128]: dVn, then Y = T^T dVn (TF32); [128][64] dS_end v 64..127;
+                                // after phase 5's mma: the dq accumulator [64][128]
+constexpr int OFF_D = 163840;   // 64 KB: S_c [128][128]; then [beta X^T [128][64] | Vn [64][128]];
+                                // then [dS_end v 0..63 [128][64] | Vn]; after phase 5's mma:
+                                // [dGamma accumulator [64][128] | dk accumulator (DK) [64][128]]
+constexpr int OFF_S = 229376;   // beta[64], rq[64], rk[64], dbeta slots [4][64]
+constexpr int SMEM_BYTES = OFF_S + (64 * 3 + 256) * 4;
+static_assert(SMEM_BYTES == 231168, "dynamic shared memory in the header comment");
+// After X (phase 3) the v tile is dead; its 16 KB hold small fp32 scratch (float offsets):
+constexpr int SC_DGL = 0;      // [128]  dgl = rowsum_v(S_c * dS_end)
+constexpr int SC_COL = 128;    // [4][128] per row block: sum over rows < L-1 of Kd * dKd
+constexpr int SC_DOT = 640;    // [2][4][64] L2-norm row dots (q, k) per column quarter
+constexpr int SC_SEG = 1152;   // [4][128] reverse-cumsum segment totals
+constexpr int SC_BIAS = 1664;  // [4][128] ddt_bias segment partials
+constexpr int SC_DA = 2176;    // [16] dA_log warp partials
+
+// A diagonal 16x16 block goes through the tensor-core factorisation when its decay span (log2
+// units) is below this: every factor then lies in [2^-96, 2^96], normal fp32 / TF32.
+constexpr float kFastSpan = 96.f;
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
+    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+    const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,
+    const float* __restrict__ beta, const float* __restrict__ G, const x_t* __restrict__ xin,
+    const float* __restrict__ A_log, const float* __restrict__ dt_bias,
+    const int* __restrict__ chunks, const float* __restrict__ states,
+    const float* __restrict__ dS_end, const float* __restrict__ dVn,
+    unsigned short* __restrict__ dq_out, unsigned short* __restrict__ dk_out,
+    unsigned short* __restrict__ dv_out, x_t* __restrict__ dg_out, float* __restrict__ dbeta_out,
+    float* __restrict__ dA_part, float* __restrict__ dbias_part, int H, int beta_sigmoid,
+    float scale, float lower_bound)
+{
+    extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
+    unsigned short* qs = reinterpret_cast<unsigned short*>(smem + OFF_Q);
+    unsigned short* ks = reinterpret_cast<unsigned short*>(smem + OFF_K);
+    unsigned short* vs = reinterpret_cast<unsigned short*>(smem + OFF_V);
+    unsigned short* os = reinterpret_cast<unsigned short*>(smem + OFF_O);
+    float* gs = reinterpret_cast<float*>(smem + OFF_G);
+    float* AK = reinterpret_cast<float*>(smem + OFF_AK);
+    float* TT = reinterpret_cast<float*>(smem + OFF_T);
+    float* RC = reinterpret_cast<float*>(smem + OFF_C);
+    float* RD = reinterpret_cast<float*>(smem + OFF_D);
+    float* bs = reinterpret_cast<float*>(smem + OFF_S);
+    float* rq = bs + 64;
+    float* rk = rq + 64;
+    float* dbs = rk + 64;
+    float* sc = reinterpret_cast<float*>(smem + OFF_V);  // scratch once v is dead
+    float* DK = RD + 8192;  // after phase 5's mma (Vn dead): dk's accumulator; RC dq's, RD dGamma's
+
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int t0 = chunks[2 * c], L = chunks[2 * c + 1];
+    const long long tok_stride = (long long)H * 128;
+    const long long in_base = (long long)t0 * tok_stride + (long long)h * 128;
+    const long long ws = (long long)c * H + h;
+
+    // Output tiling of every [64 x 128] product: warp (rb, cq) owns rows 16 rb + g (+8) and
+    // columns 32 cq + 8 ni + 2t (+1), ni = 0..3, in the mma accumulator layout.
+    const int rb = warp >> 2, cq = warp & 3;
+    const int i0 = 16 * rb + g, i1 = i0 + 8;
+    // Each phase re-derives its indices through an opaque copy (CAKE_REIDX), so the compiler cannot
+    // keep one phase's shared-memory addresses alive for the next (register pressure, spills).
+    const int g_top = g, t_top = t, rb_top = rb, cq_top = cq;
+#define CAKE_REIDX                                                                              \
+    const int g = cake_opaque(g_top), t = cake_opaque(t_top), rb = cake_opaque(rb_top),          \
+              cq = cake_opaque(cq_top), i0 = 16 * rb + g, i1 = i0 + 8;                          \
+    (void)g; (void)t; (void)rb; (void)cq; (void)i0; (void)i1
+
+    // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled); group 1: S_c.
+    {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int idx = tid + 512 * i;
+            const int which = idx >> 10, r = (idx >> 4) & 63, ch = idx & 15;
+            const bool ok = r < L;
+            const unsigned short* src = (which == 0 ? q : which == 1 ? k : which == 2 ? v : dout) +
+                                        in_base + (ok ? (long long)r * tok_stride + ch * 8 : 0);
+            unsigned short* dst = which == 0 ? qs : which == 1 ? ks : which == 2 ? vs : os;
+            cake_cp_async16(dst + at_bf16(r, 2 * ch), src, ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
+            const bool ok = r < L;
+            cake_cp_async16(RC + fx<128>(r, 4 * c4), dVn + ws * 8192 + (ok ? r * 128 + 4 * c4 : 0), ok ? 16 : 0);
+        }
+        cake_cp_async_commit();
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
+            cake_cp_async16(RD + fx<128>(r, 4 * c4), states + ws * 16384 + r * 128 + 4 * c4, 16);
+        }
+        cake_cp_async_commit();
+        float4 gv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
+            const int rs = r < L ? r : L - 1;
+            gv[i] = *reinterpret_cast<const float4*>(G + in_base + (long long)rs * tok_stride + 4 * c4);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
+            float4 x4 = gv[i];
+            x4.x *= CAKE_LOG2E; x4.y *= CAKE_LOG2E; x4.z *= CAKE_LOG2E; x4.w *= CAKE_LOG2E;
+            *reinterpret_cast<float4*>(gs + fx<128>(r, 4 * c4)) = x4;
+        }
+        if (tid < 64) {
+            float b = 0.f;
+            if (tid < L) {
+                b = beta[(long long)(t0 + tid) * H + h];
+                if (beta_sigmoid) b = cake_sigmoid_ex2(b);
+            }
+            bs[tid] = b;
+        }
+        cake_cp_async_wait<1>();
+        __syncthreads();
+    }
+    if (kL2Norm) {
+        // kda_fwd_chunk's butterfly: the same bits as the forward's norms.
+        for (int rr = warp; rr < 128; rr += 16) {
+            const unsigned short* s = rr < 64 ? qs : ks;
+            const int r = rr & 63;
+            const float4 x4 = ld4_bf16(s, r, lane);
+            float ss = x4.x * x4.x + x4.y * x4.y + x4.z * x4.z + x4.w * x4.w;
+#pragma unroll
+            for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+            if (lane == 0) (rr < 64 ? rq : rk)[r] = 1.0f / sqrtf(ss + 1e-6f);
+        }
+        __syncthreads();
+    }
+    auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };
+    auto rkf = [&](int r) { return kL2Norm ? rk[r] : 1.f; };
+
+    // ---- phase 1: Akk (strictly lower, unscaled by beta) and T = (I + diag(beta) Akk)^-1.
+    // Off-diagonal 16x16 blocks on tensor cores with reference row r = 16 bi:
+    // (k_i 2^(G_i - G_r)) . (k_j 2^(G_r - G_j)), both factors <= 1.
+    if (warp < 12) {
+        const int p = warp >> 1, nh = warp & 1;
+        const int bi = p < 1 ? 1 : (p < 3 ? 2 : 3);
+        const int bj = p - (bi * (bi - 1)) / 2;
+        const int r = 16 * bi, ia = r + g, ib = ia + 8, j = 16 * bj + 8 * nh + g;
+        const float ra = rkf(ia), rbb = rkf(ib), rj = rkf(j);
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 2
+        for (int kp = 0; kp < 8; ++kp) {
+            const int d0 = 16 * kp + 4 * t;
+            const float4 gr = ldf4(gs, fx<128>(r, d0)), ga = ldf4(gs, fx<128>(ia, d0));
+            const float4 gb = ldf4(gs, fx<128>(ib, d0)), gj = ldf4(gs, fx<128>(j, d0));
+            const float4 ka = ld4_bf16(ks, ia, 4 * kp + t), kb = ld4_bf16(ks, ib, 4 * kp + t);
+            const float4 kj = ld4_bf16(ks, j, 4 * kp + t);
+            float4 alo, ahi, bb;
+            alo.x = rtf32(ka.x * ra * cake_ex2(ga.x - gr.x)); alo.y = rtf32(ka.y * ra * cake_ex2(ga.y - gr.y));
+            alo.z = rtf32(ka.z * ra * cake_ex2(ga.z - gr.z)); alo.w = rtf32(ka.w * ra * cake_ex2(ga.w - gr.w));
+            ahi.x = rtf32(kb.x * rbb * cake_ex2(gb.x - gr.x)); ahi.y = rtf32(kb.y * rbb * cake_ex2(gb.y - gr.y));
+            ahi.z = rtf32(kb.z * rbb * cake_ex2(gb.z - gr.z)); ahi.w = rtf32(kb.w * rbb * cake_ex2(gb.w - gr.w));
+            bb.x = rtf32(kj.x * rj * cake_ex2(gr.x - gj.x)); bb.y = rtf32(kj.y * rj * cake_ex2(gr.y - gj.y));
+            bb.z = rtf32(kj.z * rj * cake_ex2(gr.z - gj.z)); bb.w = rtf32(kj.w * rj * cake_ex2(gr.w - gj.w));
+            mma_k16(acc, alo, ahi, bb);
+        }
+        const int col = 16 * bj + 8 * nh + 2 * t;
+        *reinterpret_cast<float2*>(AK + fx<64>(ia, col)) = make_float2(acc[0], acc[1]);
+        *reinterpret_cast<float2*>(AK + fx<64>(ib, col)) = make_float2(acc[2], acc[3]);
+    }
+    // Diagonal blocks, warp 12 + b for block b. When the block's decay span
+    // max_d (G_r[d] - G_{r+15}[d]) (log2 units, r = 16 b) is below kFastSpan, the off-diagonal
+    // factorisation on tensor cores: (k_i 2^(G_i - G_r)) . (k_j 2^(G_r - G_j)), the key factor in
+    // [1, 2^kFastSpan), entries j >= i stored as zeros. Otherwise (or if a product overflowed), exact
+    // elementwise fp32: a lane per entry, the 128 dims in order. The choice depends only on this
+    // chunk's own G and k: deterministic and pack invariant.
+    else {
+        const int b = warp - 12, r = 16 * b;
+        const float4 gf = ldf4(gs, fx<128>(r, 4 * lane)), gl_ = ldf4(gs, fx<128>(r + 15, 4 * lane));
+        const float span = fmaxf(fmaxf(gf.x - gl_.x, gf.y - gl_.y), fmaxf(gf.z - gl_.z, gf.w - gl_.w));
+        bool fast = __all_sync(0xffffffffu, span < kFastSpan);
+        float acc[2][4];
+#pragma unroll
+        for (int x = 0; x < 8; ++x) acc[x >> 2][x & 3] = 0.f;
+        const int ia = r + g, ib = ia + 8;
+        if (fast) {
+            const float ra = rkf(ia), rbb = rkf(ib);
+#pragma unroll 2
+            for (int kp = 0; kp < 8; ++kp) {
+                const int d0 = 16 * kp + 4 * t;
+                const float4 gr = ldf4(gs, fx<128>(r, d0)), ga = ldf4(gs, fx<128>(ia, d0));
+                const float4 gb = ldf4(gs, fx<128>(ib, d0));
+                const float4 ka = ld4_bf16(ks, ia, 4 * kp + t), kb = ld4_bf16(ks, ib, 4 * kp + t);
+                float4 alo, ahi;
+                alo.x = rtf32(ka.x * ra * cake_ex2(ga.x - gr.x)); alo.y = rtf32(ka.y * ra * cake_ex2(ga.y - gr.y));
+                alo.z = rtf32(ka.z * ra * cake_ex2(ga.z - gr.z)); alo.w = rtf32(ka.w * ra * cake_ex2(ga.w - gr.w));
+                ahi.x = rtf32(kb.x * rbb * cake_ex2(gb.x - gr.x)); ahi.y = rtf32(kb.y * rbb * cake_ex2(gb.y - gr.y));
+                ahi.z = rtf32(kb.z * rbb * cake_ex2(gb.z - gr.z)); ahi.w = rtf32(kb.w * rbb * cake_ex2(gb.w - gr.w));
+#pragma unroll
+                for (int nh = 0; nh < 2; ++nh) {
+                    const int j = r + 8 * nh + g;
+                    const float rj = rkf(j);
+                    const float4 gj = ldf4(gs, fx<128>(j, d0));
+                    const float4 kj = ld4_bf16(ks, j, 4 * kp + t);
+                    float4 bb;
+                    bb.x = rtf32(kj.x * rj * cake_ex2(gr.x - gj.x)); bb.y = rtf32(kj.y * rj * cake_ex2(gr.y - gj.y));
+                    bb.z = rtf32(kj.z * rj * cake_ex2(gr.z - gj.z)); bb.w = rtf32(kj.w * rj * cake_ex2(gr.w - gj.w));
+                    mma_k16(acc[nh], alo, ahi, bb);
+                }
+            }
+            bool finite = true;
+#pragma unroll
+            for (int nh = 0; nh < 2; ++nh)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) finite = finite && isfinite(acc[nh][x]);
+            fast = __all_sync(0xffffffffu, finite);
+        }
+        if (fast) {
+#pragma unroll
+            for (int nh = 0; nh < 2; ++nh) {
+                const int col = r + 8 * nh + 2 * t;
+                *reinterpret_cast<float2*>(AK + fx<64>(ia, col)) =
+                    make_float2(col < ia ? acc[nh][0] : 0.f, col + 1 < ia ? acc[nh][1] : 0.f);
+                *reinterpret_cast<float2*>(AK + fx<64>(ib, col)) =
+                    make_float2(col < ib ? acc[nh][2] : 0.f, col + 1 < ib ? acc[nh][3] : 0.f);
+            }
+        } else {
+            for (int e = lane; e < 256; e += 32) {
+                const int ii = r + (e >> 4), jj = r + (e & 15);
+                float s = 0.f;
+                if (jj < ii) {
+                    for (int d = 0; d < 128; ++d)
+                        s = fmaf(ld1_bf16(ks, ii, d) * ld1_bf16(ks, jj, d),
+                                 cake_ex2(gs[fx<128>(ii, d)] - gs[fx<128>(jj, d)]), s);
+                    s *= rkf(ii) * rkf(jj);
+                }
+                AK[fx<64>(ii, jj)] = s;
+            }
+        }
+    }
+    __syncthreads();
+    // Inverses of the four diagonal blocks of (I + M), M = diag(beta) Akk, one column per thread
+    // (kda_fwd_chunk's forward substitution).
+    if (warp < 2) {
+        const int b = tid >> 4, cc = tid & 15;
+        float tcol[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            if (i == 0) {
+                tcol[0] = cc == 0 ? 1.f : 0.f;
+            } else {
+                const int row = 16 * b + i;
+                float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+                for (int kk = 0; kk < i; kk += 4) {
+                    const float4 m4 = ldf4(AK, fx<64>(row, 16 * b + kk));
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        if (kk + e < i) {
+                            if (e & 1) s1 = fmaf(g4(m4, e), tcol[kk + e], s1);
+                            else s0 = fmaf(g4(m4, e), tcol[kk + e], s0);
+                        }
+                    }
+                }
+                tcol[i] = i == cc ? 1.f : (i > cc ? -(bs[row] * (s0 + s1)) : 0.f);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) TT[fx<64>(16 * b + i, 16 * b + cc)] = tcol[i];
+    }
+    __syncthreads();
+    // Off-diagonal blocks of T by distance from the diagonal: X = M[a, b..a-1] T[b..a-1, b] (kept
+    // in Akk's unused upper block (b, a)), then T[a, b] = -T[a, a] X.
+#pragma unroll 1
+    for (int dist = 1; dist < 4; ++dist) {
+        const int nblk = 4 - dist;
+        const bool active = tid < 64 * nblk;
+        const int b = tid >> 6, rr = (tid >> 2) & 15, cg = tid & 3;
+        const int a = b + dist;
+        if (active) {
+            const int row = 16 * a + rr;
+            float4 x4 = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int s4 = 4 * b; s4 < 4 * a; ++s4) {
+                const float4 m4 = ldf4(AK, fx<64>(row, 4 * s4));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float mv = g4(m4, e);
+                    const float4 tv = ldf4(TT, fx<64>(4 * s4 + e, 16 * b + 4 * cg));
+                    x4.x = fmaf(mv, tv.x, x4.x); x4.y = fmaf(mv, tv.y, x4.y);
+                    x4.z = fmaf(mv, tv.z, x4.z); x4.w = fmaf(mv, tv.w, x4.w);
+                }
+            }
+            const float br = bs[row];
+            *reinterpret_cast<float4*>(AK + fx<64>(16 * b + rr, 16 * a + 4 * cg)) =
+                make_float4(br * x4.x, br * x4.y, br * x4.z, br * x4.w);
+        }
+        __syncthreads();
+        if (active) {
+            const int row = 16 * a + rr;
+            float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int q4 = 0; q4 < 4; ++q4) {
+                const float4 t4 = ldf4(TT, fx<64>(row, 16 * a + 4 * q4));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float tv = g4(t4, e);
+                    const float4 xv = ldf4(AK, fx<64>(16 * b + 4 * q4 + e, 16 * a + 4 * cg));
+                    y.x = fmaf(tv, xv.x, y.x); y.y = fmaf(tv, xv.y, y.y);
+                    y.z = fmaf(tv, xv.z, y.z); y.w = fmaf(tv, xv.w, y.w);
+                }
+            }
+            *reinterpret_cast<float4*>(TT + fx<64>(row, 16 * b + 4 * cg)) = make_float4(-y.x, -y.y, -y.z, -y.w);
+        }
+        __syncthreads();
+    }
+
+    // Gradient accumulators of this thread's 32 (row, dim) elements, fp32. Registers (Dq, Dk)
+    // only from phase 3a to phase 5 (register pressure: no spills with 512 threads); after phase
+    // 5's mma they move to shared memory (dq -> RC, dk -> DK, dGamma -> RD, each thread its own
+    // elements, the same adds in the same order, so the bits are those of register accumulators).
+    // dGamma's only term before phase 5 is Qg dQg + Kg dKg = qn dq + kn dk of phase 3a, formed
+    // there from Dq, Dk (which hold exactly dqa, dka until then).
+    float Dq[4][4], Dk[4][4];
+    zero16(Dq); zero16(Dk);
+    float db0 = 0.f, db1 = 0.f;  // dbeta partials of rows i0, i1 (this thread's columns)
+
+    // ---- phase 2: Y = T^T dVn (rows i, value columns); dv = beta Y; dbeta += rowsum(V Y).
+    // Y = dVn + (T - I)^T dVn: the accumulator starts at the fp32 dVn and the unit diagonal of T
+    // is zeroed in the A fragment, so the identity part never goes through TF32. At fast decay
+    // T ~ I and Y ~ dVn; a TF32 dVn operand was the whole dbeta error (docs/kernel-notes.md,
+    // 2026-11-29).
+    {
+        CAKE_REIDX;
+        float acc[4][4];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int col = 32 * cq + 8 * ni + 2 * t;
+            const float2 ya = *reinterpret_cast<const float2*>(RC + fx<128>(i0, col));
+            const float2 yb = *reinterpret_cast<const float2*>(RC + fx<128>(i1, col));
+            acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
+        }
+        for (int kp = rb; kp < 4; ++kp) {  // T^T[i][j] = T[j][i] is zero for j < i
+            const int j0 = 16 * kp + 4 * t;
+            float4 alo = r4(ldt4<64>(TT, j0, i0)), ahi = r4(ldt4<64>(TT, j0, i1));
+            if (kp == rb) {  // drop T[i][i] = 1: rows j0 + e against columns i0 = 16 rb + g, i1 = i0 + 8
+                const int e0 = 4 * t;
+                if (e0 + 0 == g) alo.x = 0.f; if (e0 + 1 == g) alo.y = 0.f;
+                if (e0 + 2 == g) alo.z = 0.f; if (e0 + 3 == g) alo.w = 0.f;
+                if (e0 + 0 == g + 8) ahi.x = 0.f; if (e0 + 1 == g + 8) ahi.y = 0.f;
+                if (e0 + 2 == g + 8) ahi.z = 0.f; if (e0 + 3 == g + 8) ahi.w = 0.f;
+            }
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+                mma_k16(acc[ni], alo, ahi, r4(ldt4<128>(RC, j0, 32 * cq + 8 * ni + g)));
+        }
+        const float b0 = bs[i0], b1 = bs[i1];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int col = 32 * cq + 8 * ni + 2 * t;
+            const float2 va = make_float2(ld1_bf16(vs, i0, col), ld1_bf16(vs, i0, col + 1));
+            const float2 vb = make_float2(ld1_bf16(vs, i1, col), ld1_bf16(vs, i1, col + 1));
+            db0 = fmaf(va.x, acc[ni][0], db0); db0 = fmaf(va.y, acc[ni][1], db0);
+            db1 = fmaf(vb.x, acc[ni][2], db1); db1 = fmaf(vb.y, acc[ni][3], db1);
+            if (i0 < L)
+                *reinterpret_cast<unsigned int*>(dv_out + in_base + (long long)i0 * tok_stride + col) =
+                    cake_pack_bf16x2(b0 * acc[ni][0], b0 * acc[ni][1]);
+            if (i1 < L)
+                *reinterpret_cast<unsigned int*>(dv_out + in_base + (long long)i1 * tok_stride + col) =
+                    cake_pack_bf16x2(b1 * acc[ni][2], b1 * acc[ni][3]);
+        }
+        __syncthreads();  // every read of dVn done
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int col = 32 * cq + 8 * ni + 2 * t;
+            *reinterpret_cast<float2*>(RC + fx<128>(i0, col)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
+            *reinterpret_cast<float2*>(RC + fx<128>(i1, col)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
+        }
+    }
+    cake_cp_async_wait<0>();  // S_c
+    __syncthreads();
+
+    // ---- phase 3a: [dO; Y] S_c^T -> dQg, Z (rows i, key dims d), consumed at once:
+    // dq += s e^G dQg, dk += -beta e^G Z, dbeta -= rowsum(Kg Z); dGamma += Qg dQg + Kg dKg is
+    // added in phase 5 from Dq, Dk (which hold exactly these terms until then).
+    {
+        CAKE_REIDX;
+        float aO[4][4], aY[4][4];
+        zero16(aO); zero16(aY);
+#pragma unroll 2
+        for (int kp = 0; kp < 8; ++kp) {
+            const int v0 = 16 * kp + 4 * t;
+            const float4 olo = ld4_bf16(os, i0, 4 * kp + t), ohi = ld4_bf16(os, i1, 4 * kp + t);
+            const float4 ylo = ldf4(RC, fx<128>(i0, v0)), yhi = ldf4(RC, fx<128>(i1, v0));
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const float4 b4 = r4(ldf4(RD, fx<128>(32 * cq + 8 * ni + g, v0)));
+                mma_k16(aO[ni], olo, ohi, b4);
+                mma_k16(aY[ni], ylo, yhi, b4);
+            }
+        }
+        const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
+        const float b0 = bs[i0], b1 = bs[i1];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            cake_sched_fence();
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
+                const float eg = cake_ex2(gs[fx<128>(i, d)]);
+                const float kn = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                const float kg = kn * eg;
+                const float dqa = scale * eg * aO[ni][e];
+                const float dka = -(e < 2 ? b0 : b1) * eg * aY[ni][e];
+                Dq[ni][e] += dqa;
+                Dk[ni][e] += dka;
+                if (e < 2) db0 = fmaf(-kg, aY[ni][e], db0);
+                else db1 = fmaf(-kg, aY[ni][e], db1);
+            }
+        }
+    }
+    // ---- phase 3b: X = V - Kg S_c (rows i, value columns), reduction over d.
+    float X[4][4];
+    {
+        CAKE_REIDX;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int col = 32 * cq + 8 * ni + 2 * t;
+            X[ni][0] = ld1_bf16(vs, i0, col); X[ni][1] = ld1_bf16(vs, i0, col + 1);
+            X[ni][2] = ld1_bf16(vs, i1, col); X[ni][3] = ld1_bf16(vs, i1, col + 1);
+        }
+        const float rk0 = rkf(i0), rk1 = rkf(i1);
+#pragma unroll 2
+        for (int kp = 0; kp < 8; ++kp) {
+            const int d0 = 16 * kp + 4 * t;
+            const float4 ka = ld4_bf16(ks, i0, 4 * kp + t), kb = ld4_bf16(ks, i1, 4 * kp + t);
+            const float4 ga = ldf4(gs, fx<128>(i0, d0)), gb = ldf4(gs, fx<128>(i1, d0));
+            float4 alo, ahi;  // -Kg, TF32
+            alo.x = -rtf32(ka.x * rk0 * cake_ex2(ga.x)); alo.y = -rtf32(ka.y * rk0 * cake_ex2(ga.y));
+            alo.z = -rtf32(ka.z * rk0 * cake_ex2(ga.z)); alo.w = -rtf32(ka.w * rk0 * cake_ex2(ga.w));
+            ahi.x = -rtf32(kb.x * rk1 * cake_ex2(gb.x)); ahi.y = -rtf32(kb.y * rk1 * cake_ex2(gb.y));
+            ahi.z = -rtf32(kb.z * rk1 * cake_ex2(gb.z)); ahi.w = -rtf32(kb.w * rk1 * cake_ex2(gb.w));
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+                mma_k16(X[ni], alo, ahi, r4(ldt4<128>(RD, d0, 32 * cq + 8 * ni + g)));
+        }
+    }
+    // dgl[d] = sum_v S_c[d][v] dS_end[d][v]: four threads per d, fixed order.
+    float dgl;
+    {
+        const int d = tid >> 2, part = tid & 3;
+        const float* src = dS_end + ws * 16384 + d * 128 + 32 * part;
+        float s = 0.f;
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+            const float4 a = *reinterpret_cast<const float4*>(src + 4 * m);
+            const float4 sv = ldf4(RD, fx<128>(d, 32 * part + 4 * m));
+            s = fmaf(sv.x, a.x, s); s = fmaf(sv.y, a.y, s); s = fmaf(sv.z, a.z, s); s = fmaf(sv.w, a.w, s);
+        }
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        dgl = s;
+    }
+    __syncthreads();  // S_c and v dead
+    if ((tid & 3) == 0) sc[SC_DGL + (tid >> 2)] = dgl;
+    {
+        CAKE_REIDX;
+        // beta X, transposed [v][j], TF32, into the first half of RD.
+        const float b0 = bs[i0], b1 = bs[i1];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int col = 32 * cq + 8 * ni + 2 * t;
+            RD[fx<64>(col, i0)] = rtf32(b0 * X[ni][0]);
+            RD[fx<64>(col + 1, i0)] = rtf32(b0 * X[ni][1]);
+            RD[fx<64>(col, i1)] = rtf32(b1 * X[ni][2]);
+            RD[fx<64>(col + 1, i1)] = rtf32(b1 * X[ni][3]);
+        }
+    }
+    __syncthreads();
+    // ---- phase 3c: Vn = T (beta X): T is lower triangular, so row block rb reads j-blocks <= rb.
+    {
+        CAKE_REIDX;
+        float acc[4][4];
+        zero16(acc);
+        for (int kp = 0; kp <= rb; ++kp) {
+            const int j0 = 16 * kp + 4 * t;
+            const float4 alo = r4(ldf4(TT, fx<64>(i0, j0))), ahi = r4(ldf4(TT, fx<64>(i1, j0)));
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+                mma_k16(acc[ni], alo, ahi, ldf4(RD, fx<64>(32 * cq + 8 * ni + g, j0)));
+        }
+        __syncthreads();  // T and beta X dead
+        float* Vn = RD + 8192;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int col = 32 * cq + 8 * ni + 2 * t;
+            *reinterpret_cast<float2*>(Vn + fx<128>(i0, col)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
+            *reinterpret_cast<float2*>(Vn + fx<128>(i1, col)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
+        }
+        // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2).
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int idx = tid + 512 * i, d = idx >> 4, c4 = idx & 15;
+            cake_cp_async16(RD + fx<64>(d, 4 * c4), dS_end + ws * 16384 + d * 128 + 4 * c4, 16);
+        }
+        cake_cp_async_commit();
+    }
+    __syncthreads();
+    const float* Vn = RD + 8192;
+
+    // ---- phase 4: [dO; Y] Vn^T. Warp (rb, cq): which = cq >> 1 (0: dAqk from dO, 1: dM from Y),
+    // columns j in 32 (cq & 1) + [0, 32); only blocks on or below the diagonal.
+    {
+        CAKE_REIDX;
+        const int which = cq >> 1, jb = 32 * (cq & 1);
+        float acc[4][4];
+        zero16(acc);
+        const int nact = min(4, max(0, (16 * rb + 16 - jb) >> 3));  // n-tiles with columns <= row block end
+#pragma unroll 2
+        for (int kp = 0; kp < 8; ++kp) {
+            const int v0 = 16 * kp + 4 * t;
+            float4 alo, ahi;
+            if (which == 0) { alo = ld4_bf16(os, i0, 4 * kp + t); ahi = ld4_bf16(os, i1, 4 * kp + t); }
+            else { alo = ldf4(RC, fx<128>(i0, v0)); ahi = ldf4(RC, fx<128>(i1, v0)); }
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+                if (ni < nact) mma_k16(acc[ni], alo, ahi, ldf4(Vn, fx<128>(jb + 8 * ni + g, v0)));
+        }
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            if (ni >= nact) continue;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = e < 2 ? i0 : i1, j = jb + 8 * ni + 2 * t + (e & 1);
+                if (which == 0) {
+                    TT[fx<64>(i, j)] = j <= i ? scale * acc[ni][e] : 0.f;
+                } else {
+                    const float dm = j < i ? -acc[ni][e] : 0.f;
+                    if (j < i) {  // entries on or above the diagonal may hold the solve's scratch
+                        const float akk = AK[fx<64>(i, j)];
+                        if (e < 2) db0 = fmaf(dm, akk, db0);
+                        else db1 = fmaf(dm, akk, db1);
+                    }
+                    AK[fx<64>(i, j)] = bs[i] * dm;
+                }
+            }
+        }
+    }
+    __syncthreads();  // Y dead; dA1 (TT), dA2 (AK) ready
+    // dS_end value columns 64..127 -> RC as [128 d][64 v] (group 3).
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int idx = tid + 512 * i, d = idx >> 4, c4 = idx & 15;
+        cake_cp_async16(RC + fx<64>(d, 4 * c4), dS_end + ws * 16384 + d * 128 + 64 + 4 * c4, 16);
+    }
+    cake_cp_async_commit();
+
+    // ---- phase 5: dKd = Vn dS_end^T (rows i, key dims d); dk += e^(G_{L-1} - G) dKd;
+    // dGamma -= Kd dKd on rows < L-1, whose column sums go to the last valid row.
+    {
+        CAKE_REIDX;
+        float acc[4][4];
+        zero16(acc);
+        cake_cp_async_wait<1>();
+        __syncthreads();
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            if (half == 1) {
+                cake_cp_async_wait<0>();
+                __syncthreads();
+            }
+            const float* Bs = half == 0 ? RD : RC;
+#pragma unroll
+            for (int kp = 0; kp < 4; ++kp) {
+                const int v0 = 16 * kp + 4 * t;
+                const float4 alo = ldf4(Vn, fx<128>(i0, 64 * half + v0)), ahi = ldf4(Vn, fx<128>(i1, 64 * half + v0));
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni)
+                    mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs, fx<64>(32 * cq + 8 * ni + g, v0))));
+            }
+        }
+        __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma
+        const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            float cs[2] = {0.f, 0.f};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
+                const float fd = cake_ex2(gs[fx<128>(L - 1, d)] - gs[fx<128>(i, d)]);
+                const float D = fd * acc[ni][e];
+                const float qn = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
+                const float kn = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                float dgv = 0.f;
+                dgv += qn * Dq[ni][e] + kn * Dk[ni][e];  // phase 3a's Qg dQg + Kg dKg
+                const float xx = kn * D;
+                Dk[ni][e] += D;
+                if (i < L - 1) {
+                    dgv -= xx;
+                    cs[e & 1] += xx;
+                }
+                RD[fx<128>(i, d)] = dgv;
+                RC[fx<128>(i, d)] = Dq[ni][e];  // dq's and dk's accumulators move to
+                DK[fx<128>(i, d)] = Dk[ni][e];  // RC and DK for phases 6-7
+            }
+#pragma unroll
+            for (int m = 4; m <= 16; m <<= 1) {
+                cs[0] += __shfl_xor_sync(0xffffffffu, cs[0], m);
+                cs[1] += __shfl_xor_sync(0xffffffffu, cs[1], m);
+            }
+            if (g == 0) {
+                const int d = 32 * cq + 8 * ni + 2 * t;
+                sc[SC_COL + 128 * rb + d] = cs[0];
+                sc[SC_COL + 128 * rb + d + 1] = cs[1];
+            }
+        }
+    }
+
+    // ---- phase 6: intra-chunk gradients of Aqk (dA1 = s dAqk) and Akk (dA2 = dAkk).
+    {
+        CAKE_REIDX;
+        const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
+        // (a) row gradients, off-diagonal blocks J < rb, reference r = 16 rb:
+        // out_I = 2^(G_I - G_r) (dA_IJ @ (k_J 2^(G_r - G_J))).
+        // Two n-tiles (16 key dims) at a time: halves the live accumulators (register pressure).
+        if (rb > 0) {
+            const int r = 16 * rb;
+#pragma unroll
+            for (int nh = 0; nh < 2; ++nh) {
+                float aq[2][4], ak[2][4];
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = 0.f;
+                for (int J = 0; J < rb; ++J) {
+                    const int j0 = 16 * J + 4 * t;
+                    const float4 q1lo = r4(ldf4(TT, fx<64>(i0, j0))), q1hi = r4(ldf4(TT, fx<64>(i1, j0)));
+                    const float4 k1lo = r4(ldf4(AK, fx<64>(i0, j0))), k1hi = r4(ldf4(AK, fx<64>(i1, j0)));
+#pragma unroll
+                    for (int n = 0; n < 2; ++n) {
+                        const int d = 32 * cq + 8 * (2 * nh + n) + g;
+                        const float gr = gs[fx<128>(r, d)];
+                        float4 bh, bl;  // hi + lo: see (c)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int j = j0 + e;
+                            split_tf32(ld1_bf16(ks, j, d) * rkf(j) * cake_ex2(gr - gs[fx<128>(j, d)]), e4(bh, e), e4(bl, e));
+                        }
+                        mma_k16(aq[n], q1lo, q1hi, bl);
+                        mma_k16(aq[n], q1lo, q1hi, bh);
+                        mma_k16(ak[n], k1lo, k1hi, bl);
+                        mma_k16(ak[n], k1lo, k1hi, bh);
+                    }
+                }
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int ni = 2 * nh + n;
+                        const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
+                        const float er = cake_ex2(gs[fx<128>(i, d)] - gs[fx<128>(r, d)]);
+                        const float dqo = er * aq[n][e], dkr = er * ak[n][e];
+                        const float qn = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
+                        const float kn = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                        RC[fx<128>(i, d)] += dqo;
+                        DK[fx<128>(i, d)] += dkr;
+                        RD[fx<128>(i, d)] += qn * dqo + kn * dkr;
+                    }
+            }
+        }
+        // (b) column gradients, off-diagonal blocks I > rb, reference e = last row of block rb:
+        // out_J = 2^(G_e - G_J) (dA_IJ^T @ (a_I 2^(G_I - G_e))).
+        if (rb < 3) {
+            const int er = 16 * rb + 15;
+#pragma unroll
+            for (int nh = 0; nh < 2; ++nh) {
+                float aq[2][4], ak[2][4];
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = 0.f;
+                for (int I = rb + 1; I < 4; ++I) {
+                    const int k0 = 16 * I + 4 * t;
+                    const float4 q1lo = r4(ldt4<64>(TT, k0, i0)), q1hi = r4(ldt4<64>(TT, k0, i1));
+                    const float4 k1lo = r4(ldt4<64>(AK, k0, i0)), k1hi = r4(ldt4<64>(AK, k0, i1));
+#pragma unroll
+                    for (int n = 0; n < 2; ++n) {
+                        const int d = 32 * cq + 8 * (2 * nh + n) + g;
+                        const float ge = gs[fx<128>(er, d)];
+                        float4 bqh, bql, bkh, bkl;  // hi + lo: see (c)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int i = k0 + e;
+                            const float f = cake_ex2(gs[fx<128>(i, d)] - ge);
+                            split_tf32(ld1_bf16(qs, i, d) * rqf(i) * f, e4(bqh, e), e4(bql, e));
+                            split_tf32(ld1_bf16(ks, i, d) * rkf(i) * f, e4(bkh, e), e4(bkl, e));
+                        }
+                        mma_k16(aq[n], q1lo, q1hi, bql);
+                        mma_k16(aq[n], q1lo, q1hi, bqh);
+                        mma_k16(ak[n], k1lo, k1hi, bkl);
+                        mma_k16(ak[n], k1lo, k1hi, bkh);
+                    }
+                }
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int ni = 2 * nh + n;
+                        const int j = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
+                        const float f = cake_ex2(gs[fx<128>(er, d)] - gs[fx<128>(j, d)]);
+                        const float dko = f * (aq[n][e] + ak[n][e]);
+                        const float kn = ld1_bf16(ks, j, d) * (e < 2 ? rk0 : rk1);
+                        DK[fx<128>(j, d)] += dko;
+                        RD[fx<128>(j, d)] -= kn * dko;
+                    }
+            }
+        }
+        // (c) diagonal block rb. For each own row i and every row u of the block: u < i is a
+        // row-gradient term of i, u > i a column-gradient term of i (as j), u = i the diagonal pair,
+        // which goes to dq / dk but never to dGamma. When this warp's dims have a decay span below
+        // kFastSpan: tensor cores, rows as in (a) (reference r = 16 rb, u < i kept by masking dA),
+        // columns as in (b) (reference re = r + 15, u > i kept); otherwise, or if a product
+        // overflowed, exact elementwise fp32. Two n-tiles at a time; the choice is per n-tile pair
+        // and depends only on this chunk's own data.
+        {
+            const int r = 16 * rb, re = r + 15, j0 = r + 4 * t;
+            float span = 0.f;
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    const int d = 32 * cq + 8 * ni + 2 * t + x;
+                    span = fmaxf(span, gs[fx<128>(r, d)] - gs[fx<128>(re, d)]);
+                }
+            const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
+#pragma unroll
+            for (int nh = 0; nh < 2; ++nh) {
+                bool fast = fast_span;
+                float arq[2][4], ark[2][4], acl[2][4];
+#pragma unroll
+                for (int n = 0; n < 2; ++n)
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) arq[n][x] = ark[n][x] = acl[n][x] = 0.f;
+                if (fast) {
+                    // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32.
+                    const float4 a1lo = r4(keep_below(ldf4(TT, fx<64>(i0, j0)), j0, i0));
+                    const float4 a1hi = r4(keep_below(ldf4(TT, fx<64>(i1, j0)), j0, i1));
+                    const float4 a2lo = r4(keep_below(ldf4(AK, fx<64>(i0, j0)), j0, i0));
+                    const float4 a2hi = r4(keep_below(ldf4(AK, fx<64>(i1, j0)), j0, i1));
+                    const float4 c1lo = r4(keep_above(ldt4<64>(TT, j0, i0), j0, i0));
+                    const float4 c1hi = r4(keep_above(ldt4<64>(TT, j0, i1), j0, i1));
+                    const float4 c2lo = r4(keep_above(ldt4<64>(AK, j0, i0), j0, i0));
+                    const float4 c2hi = r4(keep_above(ldt4<64>(AK, j0, i1), j0, i1));
+#pragma unroll
+                    for (int n = 0; n < 2; ++n) {
+                        const int d = 32 * cq + 8 * (2 * nh + n) + g;
+                        const float gr = gs[fx<128>(r, d)], ge = gs[fx<128>(re, d)];
+                        // B = hi + lo, both TF32 (error ~2^-22): the row and column terms of a pair
+                        // enter dGamma with opposite signs and cancel in dg's reverse cumsum, so
+                        // their factors must not carry independent TF32 errors. dA's rounding is
+                        // shared by both terms (the same rtf32 of the same value) and cancels.
+                        float4 bkh, bkl, bqh, bql, bch, bcl;
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int u = j0 + e;
+                            const float gu = gs[fx<128>(u, d)];
+                            const float ku = ld1_bf16(ks, u, d) * rkf(u), qu = ld1_bf16(qs, u, d) * rqf(u);
+                            const float f = cake_ex2(gu - ge);
+                            split_tf32(ku * cake_ex2(gr - gu), e4(bkh, e), e4(bkl, e));
+                            split_tf32(qu * f, e4(bqh, e), e4(bql, e));
+                            split_tf32(ku * f, e4(bch, e), e4(bcl, e));
+                        }
+                        mma_k16(arq[n], a1lo, a1hi, bkl);
+                        mma_k16(arq[n], a1lo, a1hi, bkh);
+                        mma_k16(ark[n], a2lo, a2hi, bkl);
+                        mma_k16(ark[n], a2lo, a2hi, bkh);
+                        mma_k16(acl[n], c1lo, c1hi, bql);
+                        mma_k16(acl[n], c2lo, c2hi, bcl);
+                        mma_k16(acl[n], c1lo, c1hi, bqh);
+                        mma_k16(acl[n], c2lo, c2hi, bch);
+                    }
+                    bool finite = true;
+#pragma unroll
+                    for (int n = 0; n < 2; ++n)
+#pragma unroll
+                        for (int x = 0; x < 4; ++x)
+                            finite = finite && isfinite(arq[n][x]) && isfinite(ark[n][x]) && isfinite(acl[n][x]);
+                    fast = __all_sync(0xffffffffu, finite);
+                }
+                if (fast) {
+                    const float dd0 = TT[fx<64>(i0, i0)], dd1 = TT[fx<64>(i1, i1)];  // s dAqk_ii
+#pragma unroll
+                    for (int n = 0; n < 2; ++n)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
+                            const float gi = gs[fx<128>(i, d)];
+                            const float er = cake_ex2(gi - gs[fx<128>(r, d)]);
+                            const float fc = cake_ex2(gs[fx<128>(re, d)] - gi);
+                            const float rq_ = er * arq[n][e], rk_ = er * ark[n][e], col = fc * acl[n][e];
+                            const float qi = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
+                            const float ki = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                            const float dd = e < 2 ? dd0 : dd1;
+                            RC[fx<128>(i, d)] += rq_ + dd * ki;
+                            DK[fx<128>(i, d)] += rk_ + col + dd * qi;
+                            RD[fx<128>(i, d)] += qi * rq_ + ki * rk_ - ki * col;
+                        }
+                } else {  // exact elementwise fp32, n-tiles 2 nh, 2 nh + 1
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr) {
+                        const int xh = nh;
+                        const int i = hr == 0 ? i0 : i1;
+                        const float rqi = hr == 0 ? rq0 : rq1, rki = hr == 0 ? rk0 : rk1;
+                        float qi[4], ki[4], gi[4], rq_[4], rk_[4], cq_[4], ck_[4];
+#pragma unroll
+                        for (int x = 0; x < 4; ++x) {
+                            const int d = 32 * cq + 8 * (2 * xh + (x >> 1)) + 2 * t + (x & 1);
+                            qi[x] = ld1_bf16(qs, i, d) * rqi;
+                            ki[x] = ld1_bf16(ks, i, d) * rki;
+                            gi[x] = gs[fx<128>(i, d)];
+                            rq_[x] = rk_[x] = cq_[x] = ck_[x] = 0.f;
+                        }
+#pragma unroll 2
+                        for (int uu = 0; uu < 16; ++uu) {
+                            const int u = 16 * rb + uu;
+                            const bool lo = u < i, hi = u > i;
+                            // u < i: dA[i][u] (row terms);  u > i: dA[u][i] (column terms)
+                            const int ra = hi ? u : i, ca = hi ? i : u;
+                            const float a1 = TT[fx<64>(ra, ca)], a2 = AK[fx<64>(ra, ca)];
+                            const float rqu = rqf(u), rku = rkf(u);
+#pragma unroll
+                            for (int x = 0; x < 4; ++x) {
+                                const int d = 32 * cq + 8 * (2 * xh + (x >> 1)) + 2 * t + (x & 1);
+                                const float gu = gs[fx<128>(u, d)];
+                                const float ku = ld1_bf16(ks, u, d) * rku;
+                                if (lo) {
+                                    const float E = cake_ex2(gi[x] - gu);
+                                    rq_[x] = fmaf(a1 * ku, E, rq_[x]);
+                                    rk_[x] = fmaf(a2 * ku, E, rk_[x]);
+                                } else if (hi) {
+                                    const float qu = ld1_bf16(qs, u, d) * rqu;
+                                    const float E = cake_ex2(gu - gi[x]);
+                                    cq_[x] = fmaf(a1 * qu, E, cq_[x]);
+                                    ck_[x] = fmaf(a2 * ku, E, ck_[x]);
+                                }
+                            }
+                        }
+                        const float dd = TT[fx<64>(i, i)];  // s dAqk_ii: the diagonal pair, kept out of dGamma
+#pragma unroll
+                        for (int x = 0; x < 4; ++x) {
+                            const int ni = 2 * xh + (x >> 1), e = 2 * hr + (x & 1);
+                            const float col = cq_[x] + ck_[x];
+                            const int d = 32 * cq + 8 * ni + 2 * t + (x & 1);
+                            RC[fx<128>(i, d)] += rq_[x] + dd * ki[x];
+                            DK[fx<128>(i, d)] += rk_[x] + col + dd * qi[x];
+                            RD[fx<128>(i, d)] += qi[x] * rq_[x] + ki[x] * rk_[x] - ki[x] * col;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    __syncthreads();  // column sums (phase 5) visible
+
+    // ---- phase 7: epilogue.
+    {
+        CAKE_REIDX;
+        // The chunk-end decay: last valid row += sum_{i < L-1} Kd dKd + gl dgl.
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const int i = hr == 0 ? i0 : i1;
+            if (i == L - 1) {
+#pragma unroll
+                for (int x = 0; x < 8; ++x) {
+                    const int d = 32 * cq + 8 * (x >> 1) + 2 * t + (x & 1);
+                    const float s4 = ((sc[SC_COL + d] + sc[SC_COL + 128 + d]) + sc[SC_COL + 256 + d]) + sc[SC_COL + 384 + d];
+                    RD[fx<128>(i, d)] += s4 + cake_ex2(gs[fx<128>(L - 1, d)]) * sc[SC_DGL + d];
+                }
+            }
+        }
+        // L2-norm row dots and dbeta partials -> slots (dGamma is in RD already).
+        float pq0 = 0.f, pq1 = 0.f, pk0 = 0.f, pk1 = 0.f;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int col = 32 * cq + 8 * ni + 2 * t;
+            if (kL2Norm) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, d = col + (e & 1);
+                    const float yq = ld1_bf16(qs, i, d) * rq[i], yk = ld1_bf16(ks, i, d) * rk[i];
+                    const float dqv = RC[fx<128>(i, d)];
+                    const float dkv = DK[fx<128>(i, d)];
+                    if (e < 2) { pq0 = fmaf(yq, dqv, pq0); pk0 = fmaf(yk, dkv, pk0); }
+                    else { pq1 = fmaf(yq, dqv, pq1); pk1 = fmaf(yk, dkv, pk1); }
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 1; m <= 2; m <<= 1) {
+            db0 += __shfl_xor_sync(0xffffffffu, db0, m);
+            db1 += __shfl_xor_sync(0xffffffffu, db1, m);
+            if (kL2Norm) {
+                pq0 += __shfl_xor_sync(0xffffffffu, pq0, m);
+                pq1 += __shfl_xor_sync(0xffffffffu, pq1, m);
+                pk0 += __shfl_xor_sync(0xffffffffu, pk0, m);
+                pk1 += __shfl_xor_sync(0xffffffffu, pk1, m);
+            }
+        }
+        if (t == 0) {
+            dbs[64 * cq + i0] = db0;
+            dbs[64 * cq + i1] = db1;
+            if (kL2Norm) {
+                sc[SC_DOT + 64 * cq + i0] = pq0;
+                sc[SC_DOT + 64 * cq + i1] = pq1;
+                sc[SC_DOT + 256 + 64 * cq + i0] = pk0;
+                sc[SC_DOT + 256 + 64 * cq + i1] = pk1;
+            }
+        }
+        __syncthreads();
+        // dq, dk (through the L2 norm: r (dy - y (y . dy))), bf16.
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const int i = hr == 0 ? i0 : i1;
+            if (i >= L) continue;
+            float dotq = 0.f, dotk = 0.f;
+            if (kL2Norm) {
+                dotq = ((sc[SC_DOT + i] + sc[SC_DOT + 64 + i]) + sc[SC_DOT + 128 + i]) + sc[SC_DOT + 192 + i];
+                dotk = ((sc[SC_DOT + 256 + i] + sc[SC_DOT + 320 + i]) + sc[SC_DOT + 384 + i]) + sc[SC_DOT + 448 + i];
+            }
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const int col = 32 * cq + 8 * ni + 2 * t;
+                const float2 dq2 = *reinterpret_cast<const float2*>(RC + fx<128>(i, col));
+                float a0 = dq2.x, a1 = dq2.y;
+                const float2 dk2 = *reinterpret_cast<const float2*>(DK + fx<128>(i, col));
+                float c0 = dk2.x, c1 = dk2.y;
+                if (kL2Norm) {
+                    const float r_q = rq[i], r_k = rk[i];
+                    a0 = r_q * (a0 - ld1_bf16(qs, i, col) * r_q * dotq);
+                    a1 = r_q * (a1 - ld1_bf16(qs, i, col + 1) * r_q * dotq);
+                    c0 = r_k * (c0 - ld1_bf16(ks, i, col) * r_k * dotk);
+                    c1 = r_k * (c1 - ld1_bf16(ks, i, col + 1) * r_k * dotk);
+                }
+                const long long o = in_base + (long long)i * tok_stride + col;
+                *reinterpret_cast<unsigned int*>(dq_out + o) = cake_pack_bf16x2(a0, a1);
+                *reinterpret_cast<unsigned int*>(dk_out + o) = cake_pack_bf16x2(c0, c1);
+            }
+        }
+        if (tid < L) {
+            float s = ((dbs[tid] + dbs[64 + tid]) + dbs[128 + tid]) + dbs[192 + tid];
+            if (beta_sigmoid) s *= bs[tid] * (1.f - bs[tid]);
+            dbeta_out[(long long)(t0 + tid) * H + h] = s;
+        }
+        // Reverse cumsum of dGamma over the valid rows: column d, segment sg = rows 16 sg..16 sg+15;
+        // local suffix sums, then the totals of the later segments in fixed order.
+        const int d = tid & 127, sg = tid >> 7;
+        float run = 0.f;
+        for (int r = 16 * sg + 15; r >= 16 * sg; --r) {
+            if (r < L) run += RD[fx<128>(r, d)];
+            RD[fx<128>(r, d)] = run;
+        }
+        sc[SC_SEG + 128 * sg + d] = run;
+        __syncthreads();
+        float off = 0.f;
+        for (int s2 = 3; s2 > sg; --s2) off += sc[SC_SEG + 128 * s2 + d];
+        float bias_acc = 0.f, a_acc = 0.f;
+        float a_exp = 0.f, bias_d = 0.f;
+        (void)a_exp;
+        if (kGate != 0) {
+            a_exp = expf(A_log[h]);
+            bias_d = dt_bias[h * 128 + d];
+        }
+        for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r) {
+            const float dgv = RD[fx<128>(r, d)] + off;
+            const long long o = in_base + (long long)r * tok_stride + d;
+            if (kGate == 0) {
+                store_dx(dg_out + o, dgv);
+            } else {
+                const float z = load_x(xin + o) + bias_d;
+                float dx, dA;
+                if (kGate == 1) {
+                    // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
+                    dx = 0.f; dA = 0.f;
+                } else {
+                    // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a, dg/dA_log = lb s (1 - s) u
+                    const float u = a_exp * z, sg_ = cake_sigmoid(u);
+                    const float gu = lower_bound * sg_ * (1.f - sg_);
+                    dx = dgv * gu * a_exp;
+                    dA = dgv * gu * u;
+                }
+                store_dx(dg_out + o, dx);
+                bias_acc += dx;
+                a_acc += dA;
+            }
+        }
+        if (kGate != 0) {
+            sc[SC_BIAS + 128 * sg + d] = bias_acc;
+#pragma unroll
+            for (int m = 16; m >= 1; m >>= 1) a_acc += __shfl_xor_sync(0xffffffffu, a_acc, m);
+            if (lane == 0) sc[SC_DA + warp] = a_acc;
+            __syncthreads();
+            if (tid < 128)
+                dbias_part[ws * 128 + tid] = ((sc[SC_BIAS + tid] + sc[SC_BIAS + 128 + tid]) + sc[SC_BIAS + 256 + tid]) + sc[SC_BIAS + 384 + tid];
+            if (tid == 0) {
+                float s = 0.f;
+                for (int w = 0; w < 16; ++w) s += sc[SC_DA + w];
+                dA_part[ws] = s;
+            }
+        }
+    }
+#undef CAKE_REIDX
+}

@@ -1,0 +1,19 @@
+// GENERATED FILE, DO NOT EDIT.
+// copy of kda_det.bwd_reduce.sm_90a by cake migrate
+// record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_90a
+// identity: sha256:19fbaf8c9f612c54e4ab87f194fddce61766f60b0c089440839eb260c22c0b14
+
+extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
+    const float* __restrict__ dA_part, const float* __restrict__ dbias_part,
+    float* __restrict__ dA_log, float* __restrict__ ddt_bias, int NC, int H)
+{
+    const int h = blockIdx.x, d = threadIdx.x;
+    float s = 0.f;
+    for (int c = 0; c < NC; ++c) s += dbias_part[((long long)c * H + h) * 128 + d];
+    ddt_bias[h * 128 + d] = s;
+    if (d == 0) {
+        float a = 0.f;
+        for (int c = 0; c < NC; ++c) a += dA_part[(long long)c * H + h];
+        dA_log[h] = a;
+    }
+}

@@ -1,0 +1,341 @@
+// GENERATED FILE, DO NOT EDIT.
+// copy of kda_det.bwd_state.sm_90 by cake migrate
+// record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
+// identity: sha256:9c034625a659f63082aa39e190bb647ff2af33cfb3184c4413715b0bc6879574
+// ---- begin cake/bf16.cuh ----
+
+// bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
+__device__ __forceinline__ float cake_bf16_lo(unsigned int packed) {
+    return __uint_as_float(packed << 16);
+}
+
+__device__ __forceinline__ float cake_bf16_hi(unsigned int packed) {
+    return __uint_as_float(packed & 0xffff0000u);
+}
+
+__device__ __forceinline__ float cake_bf16_to_f32(unsigned short bits) {
+    return __uint_as_float(((unsigned int)bits) << 16);
+}
+
+// Round to nearest even, as torch does; PTX packs the first source into the upper half.
+__device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// ---- end cake/bf16.cuh ----
+// ---- begin cake/mma.cuh ----
+
+// Round-to-nearest-away, the rounding the TF32 error budget in docs/kernel-notes.md assumes;
+// feeding raw fp32 bits to the tensor core would truncate instead.
+__device__ __forceinline__ unsigned int cake_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:
+// a0 (g, k0) a1 (g+8, k0) a2 (g, k1) a3 (g+8, k1); b0 (k0, g) b1 (k1, g);
+// d0,d1 (g, 2t..2t+1) d2,d3 (g+8, 2t..2t+1). Callers choose the pair (k0, k1) a lane covers; any
+// bijection onto the 8 reduction slots is valid as long as A and B use the same one.
+__device__ __forceinline__ void cake_mma_tf32(float (&d)[4], unsigned int a0, unsigned int a1,
+                                              unsigned int a2, unsigned int a3, unsigned int b0,
+                                              unsigned int b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// ---- end cake/mma.cuh ----
+// ---- begin cake/cp_async.cuh ----
+
+__device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned int)a;
+}
+
+// 16-byte global->shared copy that bypasses L1 (every byte is read once per block). src_bytes < 16
+// zero-fills the rest, which is how rows past a short chunk become exact zeros.
+__device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cake_cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cake_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+// ---- end cake/cp_async.cuh ----
+
+namespace {
+
+// B-operand tiles ([n][k] storage, read with float4 along k): the forward state pass's swizzle.
+__device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
+__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
+__device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
+__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
+__device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
+
+// A-operand tiles stored [k][m] (the global layouts of Qg, W, Kd^T and Aqk put the reduction index
+// on the row here), read "transposed": lane (g, t) gathers rows k0 + 4t .. 4t+3 of column m0 + g.
+// For a fixed row offset the four t take rows whose (r >> 2) & 3 = t, so XOR-ing the 16-byte column
+// chunk with 2t spreads the 4 rows x 2 chunks of a warp over all 32 banks (row strides are
+// multiples of 32 words).
+__device__ __forceinline__ int swt(int r) { return ((r >> 2) & 3) << 1; }
+__device__ __forceinline__ int tr128(int r, int c) { return r * 128 + ((c ^ swt(r)) << 2); }
+__device__ __forceinline__ int tr64(int r, int c) { return r * 64 + ((c ^ swt(r)) << 2); }
+
+// dO staging, bf16 [64 tok][64 v]: 8-value (16-byte) chunks XOR-swizzled by the row's low 3 bits.
+__device__ __forceinline__ int at_or(int r, int cc) { return r * 64 + ((cc ^ (r & 7)) << 3); }
+
+__device__ __forceinline__ float4 ld4(const float* s, int idx) {
+    return *reinterpret_cast<const float4*>(s + idx);
+}
+
+// {T[k0][m], T[k0+1][m], T[k0+2][m], T[k0+3][m]} from a [k][m] tile of width 64 or 128.
+template <int WIDTH>
+__device__ __forceinline__ float4 ldt4(const float* s, int k0, int m) {
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const int r = k0 + e;
+        const int idx = (WIDTH == 128 ? tr128(r, m >> 2) : tr64(r, m >> 2)) + (m & 3);
+        v[e] = s[idx];
+    }
+    return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// A 16x8 by 16-deep product step; lane (g, t) holds reduction indices 4t..4t+3 of the 16 (first
+// mma 4t, 4t+1; second 4t+2, 4t+3; the same map for A and B). Operands are already TF32.
+__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi,
+                                        const float4& b) {
+    cake_mma_tf32(d, __float_as_uint(a_lo.x), __float_as_uint(a_hi.x), __float_as_uint(a_lo.y),
+                  __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));
+    cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),
+                  __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
+}
+
+__device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
+    const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,
+    const float* __restrict__ Aqk, const float* __restrict__ gl,
+    const unsigned short* __restrict__ dout, const int* __restrict__ chunks,
+    const int* __restrict__ seq_chunks, const float* __restrict__ dht, float* __restrict__ dS_end,
+    float* __restrict__ dVn, float* __restrict__ dh0, int H, int has_dht, int store_dh0)
+{
+    extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
+    float* Ks = reinterpret_cast<float*>(smem);  // Kd^T [128 d][64 tok]      (A, transposed read)
+    float* As = Ks + 128 * 64;                   // Aqk  [64 j][64 i]         (A, transposed read)
+    float* Qs = As + 64 * 64;                    // Qg   [64 tok][128 d]      (A, transposed read)
+    float* Ws = Qs + 64 * 128;                   // W    [64 tok][128 d]      (A, transposed read)
+    float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]       (B)
+    float* St = Ot + 64 * 64;                    // dS^T [64 v][128 d], TF32  (B)
+    float* Vt = St + 64 * 128;                   // -dVn^T [64 v][64 tok], TF32 (B)
+    float* Gs = Vt + 64 * 64;                    // gl [128]
+    unsigned short* Or = reinterpret_cast<unsigned short*>(Gs + 128);  // dO staging [64 tok][64 v] bf16
+
+    const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
+    const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
+    const long long tok_stride = (long long)H * 128;
+
+    // dS tile in registers (mma accumulator layout), as kda_fwd_state holds S: K rows
+    // kr0 + 16 mi + g (+8), value columns vc0 + 8 ni + 2t (+1) of this block's 64.
+    const int kr0 = 32 * (warp >> 1), vc0 = 32 * (warp & 1);
+    float S[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+            float2 lo = make_float2(0.f, 0.f), hi = make_float2(0.f, 0.f);
+            if (has_dht) {
+                lo = *reinterpret_cast<const float2*>(dht + state_base + (long long)r * 128 + col);
+                hi = *reinterpret_cast<const float2*>(dht + state_base + (long long)(r + 8) * 128 + col);
+            }
+            S[mi][ni][0] = lo.x; S[mi][ni][1] = lo.y; S[mi][ni][2] = hi.x; S[mi][ni][3] = hi.y;
+        }
+
+    // Load group A (Kd^T, Aqk, dO): needed by phase A, free again after it.
+    auto issue_a = [&](int ci) {
+        const long long wsi = (long long)ci * H + h;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int idx = tid + 256 * i, r = idx >> 4, cc = idx & 15;
+            cake_cp_async16(Ks + tr64(r, cc), Kd + wsi * 8192 + r * 64 + cc * 4, 16);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int idx = tid + 256 * i, r = idx >> 4, cc = idx & 15;
+            cake_cp_async16(As + tr64(r, cc), Aqk + wsi * 4096 + r * 64 + cc * 4, 16);
+        }
+        const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int idx = tid + 256 * i, r = idx >> 3, cc = idx & 7;
+            const bool ok = r < L;
+            const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64 +
+                                        (ok ? (long long)r * tok_stride + cc * 8 : 0);
+            cake_cp_async16(Or + at_or(r, cc), src, ok ? 16 : 0);
+        }
+    };
+    // Load group B (Qg, W, gl): needed by phase B, free again after it.
+    auto issue_b = [&](int ci) {
+        const long long base = ((long long)ci * H + h) * 8192;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            const int idx = tid + 256 * i;
+            const int which = idx >> 11, r = (idx >> 5) & 63, cc = idx & 31;
+            cake_cp_async16((which ? Ws : Qs) + tr128(r, cc), (which ? W : Qg) + base + r * 128 + cc * 4, 16);
+        }
+        if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
+    };
+    auto store_st = [&]() {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+                St[el128(col, r)] = rtf32(S[mi][ni][0]);
+                St[el128(col + 1, r)] = rtf32(S[mi][ni][1]);
+                St[el128(col, r + 8)] = rtf32(S[mi][ni][2]);
+                St[el128(col + 1, r + 8)] = rtf32(S[mi][ni][3]);
+            }
+    };
+    auto store_global = [&](float* dst) {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+                *reinterpret_cast<float2*>(dst + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
+                *reinterpret_cast<float2*>(dst + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
+            }
+    };
+
+    if (nc > 0) {
+        issue_a(c0 + nc - 1);
+        cake_cp_async_commit();
+        issue_b(c0 + nc - 1);
+        cake_cp_async_commit();
+    }
+    store_st();
+
+    // Phase-A roles: dVn rows tb..tb+15 (tokens), value columns vc..vc+31.
+    const int tb = 16 * (warp >> 1), vc = 32 * (warp & 1);
+
+#pragma unroll 1
+    for (int i = nc - 1; i >= 0; --i) {
+        const int ci = c0 + i;
+        const long long wsi = (long long)ci * H + h;
+        cake_cp_async_wait<1>();  // group A of this chunk (group B may still be in flight)
+        __syncthreads();
+        // dO (bf16, rows >= L already zero) -> dO^T fp32 (bf16 is exact in TF32). A warp takes 32
+        // consecutive tokens of one 8-value chunk: the staging reads (swizzled by at_or) and the
+        // transposed scalar stores are both conflict-free.
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            const int idx = tid + 256 * x, r = idx & 63, cc = idx >> 6;
+            const uint4 p = *reinterpret_cast<const uint4*>(Or + at_or(r, cc));
+            const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                Ot[el64(cc * 8 + 2 * e, r)] = cake_bf16_lo(w4[e]);
+                Ot[el64(cc * 8 + 2 * e + 1, r)] = cake_bf16_hi(w4[e]);
+            }
+        }
+        // The gradient of this chunk's END state, before the chunk updates it.
+        store_global(dS_end + wsi * 16384 + vb * 64);
+        __syncthreads();
+
+        // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values). Aqk^T[i][j] = Aqk[j][i] is
+        // nonzero only for j >= i, so row block tb reads token blocks kp >= tb / 16.
+        float acc[4][4];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) acc[ni][x] = 0.f;
+#pragma unroll
+        for (int kp = 0; kp < 4; ++kp) {
+            if (16 * kp >= tb) {
+                const float4 alo = ldt4<64>(As, 16 * kp + 4 * t, tb + g);
+                const float4 ahi = ldt4<64>(As, 16 * kp + 4 * t, tb + g + 8);
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) mma_k16(acc[ni], alo, ahi, ld4(Ot, at64(vc + 8 * ni + g, 4 * kp + t)));
+            }
+        }
+#pragma unroll 2
+        for (int kp = 0; kp < 8; ++kp) {
+            const float4 alo = ldt4<64>(Ks, 16 * kp + 4 * t, tb + g);
+            const float4 ahi = ldt4<64>(Ks, 16 * kp + 4 * t, tb + g + 8);
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) mma_k16(acc[ni], alo, ahi, ld4(St, at128(vc + 8 * ni + g, 4 * kp + t)));
+        }
+        {
+            float* out = dVn + wsi * 8192 + vb * 64;
+            const int r = tb + g;
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const int col = vc + 8 * ni + 2 * t;
+                *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(acc[ni][0], acc[ni][1]);
+                *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(acc[ni][2], acc[ni][3]);
+                // Negated so that phase B only adds: -W^T dVn = W^T (-dVn), negation is exact.
+                Vt[el64(col, r)] = -rtf32(acc[ni][0]);
+                Vt[el64(col + 1, r)] = -rtf32(acc[ni][1]);
+                Vt[el64(col, r + 8)] = -rtf32(acc[ni][2]);
+                Vt[el64(col + 1, r + 8)] = -rtf32(acc[ni][3]);
+            }
+        }
+        __syncthreads();
+        if (i > 0) issue_a(ci - 1);
+        cake_cp_async_commit();
+        cake_cp_async_wait<1>();  // group B of this chunk
+        __syncthreads();
+
+        // Phase B: dS = diag(gl) dS + Qg^T dO + W^T (-dVn) (every warp its own 32x32 tile).
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+            const float ga = Gs[kr0 + 16 * mi + g], gb = Gs[kr0 + 16 * mi + g + 8];
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                S[mi][ni][0] *= ga; S[mi][ni][1] *= ga;
+                S[mi][ni][2] *= gb; S[mi][ni][3] *= gb;
+            }
+        }
+#pragma unroll
+        for (int pass = 0; pass < 2; ++pass) {
+            const float* Asrc = pass == 0 ? Qs : Ws;
+            const float* Bsrc = pass == 0 ? Ot : Vt;
+#pragma unroll
+            for (int kp = 0; kp < 4; ++kp) {
+                float4 b4[4];
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Bsrc, at64(vc0 + 8 * ni + g, 4 * kp + t));
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    const float4 alo = ldt4<128>(Asrc, 16 * kp + 4 * t, kr0 + 16 * mi + g);
+                    const float4 ahi = ldt4<128>(Asrc, 16 * kp + 4 * t, kr0 + 16 * mi + g + 8);
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni) mma_k16(S[mi][ni], alo, ahi, b4[ni]);
+                }
+            }
+        }
+        store_st();
+        __syncthreads();
+        if (i > 0) issue_b(ci - 1);
+        cake_cp_async_commit();
+    }
+    cake_cp_async_wait<0>();
+    if (store_dh0) store_global(dh0 + state_base);
+}

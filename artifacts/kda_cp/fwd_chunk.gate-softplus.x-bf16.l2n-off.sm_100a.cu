@@ -1,0 +1,667 @@
+// GENERATED FILE, DO NOT EDIT.
+// copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a by cake migrate
+// record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
+// identity: sha256:4f4e107184f3eee5c27b2ba25bb65f6ed5a72e549a5bc9ef834040612f42595b
+// ---- begin cake/bf16.cuh ----
+
+// bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
+__device__ __forceinline__ float cake_bf16_lo(unsigned int packed) {
+    return __uint_as_float(packed << 16);
+}
+
+__device__ __forceinline__ float cake_bf16_hi(unsigned int packed) {
+    return __uint_as_float(packed & 0xffff0000u);
+}
+
+__device__ __forceinline__ float cake_bf16_to_f32(unsigned short bits) {
+    return __uint_as_float(((unsigned int)bits) << 16);
+}
+
+// Round to nearest even, as torch does; PTX packs the first source into the upper half.
+__device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// ---- end cake/bf16.cuh ----
+// ---- begin cake/mma.cuh ----
+
+// Round-to-nearest-away, the rounding the TF32 error budget in docs/kernel-notes.md assumes;
+// feeding raw fp32 bits to the tensor core would truncate instead.
+__device__ __forceinline__ unsigned int cake_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:
+// a0 (g, k0) a1 (g+8, k0) a2 (g, k1) a3 (g+8, k1); b0 (k0, g) b1 (k1, g);
+// d0,d1 (g, 2t..2t+1) d2,d3 (g+8, 2t..2t+1). Callers choose the pair (k0, k1) a lane covers; any
+// bijection onto the 8 reduction slots is valid as long as A and B use the same one.
+__device__ __forceinline__ void cake_mma_tf32(float (&d)[4], unsigned int a0, unsigned int a1,
+                                              unsigned int a2, unsigned int a3, unsigned int b0,
+                                              unsigned int b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// ---- end cake/mma.cuh ----
+// ---- begin cake/cp_async.cuh ----
+
+__device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned int)a;
+}
+
+// 16-byte global->shared copy that bypasses L1 (every byte is read once per block). src_bytes < 16
+// zero-fills the rest, which is how rows past a short chunk become exact zeros.
+__device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cake_cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cake_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+// ---- end cake/cp_async.cuh ----
+// ---- begin cake/fmath.cuh ----
+
+#define CAKE_LOG2E 1.4426950408889634f
+
+// MUFU.EX2: about 2 ulp, flushes results below 2^-126 to zero. Every caller passes a non-positive
+// exponent (a bounded difference of cumulative log gates), so flushing only drops terms that are
+// negligible against the ones kept.
+__device__ __forceinline__ float cake_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float cake_sigmoid_ex2(float x) {
+    return 1.0f / (1.0f + cake_ex2(-x * CAKE_LOG2E));
+}
+// ---- end cake/fmath.cuh ----
+// ---- begin cake/gate.cuh ----
+// KDA gate activations, shared by the forward gate stage and (later) its backward.
+
+__device__ __forceinline__ float cake_bf16_bits_to_float(unsigned short bits) {
+    return __uint_as_float(((unsigned int)bits) << 16);
+}
+
+// softplus with torch's threshold: above 20 it is the identity to fp32 rounding.
+__device__ __forceinline__ float cake_softplus(float x) {
+    return x > 20.f ? x : log1pf(expf(x));
+}
+
+__device__ __forceinline__ float cake_sigmoid(float x) {
+    return 1.f / (1.f + expf(-x));
+}
+
+// g = -exp(A_log) * softplus(x + dt_bias)
+__device__ __forceinline__ float cake_gate_softplus(float x, float a_log, float dt_bias) {
+    return -expf(a_log) * cake_softplus(x + dt_bias);
+}
+
+// g = lower_bound * sigmoid(exp(A_log) * (x + dt_bias)), with -5 <= lower_bound < 0
+__device__ __forceinline__ float cake_gate_sigmoid(float x, float a_log, float dt_bias, float lower_bound) {
+    return lower_bound * cake_sigmoid(expf(a_log) * (x + dt_bias));
+}
+// ---- end cake/gate.cuh ----
+
+namespace {
+
+constexpr bool kL2Norm = false;
+
+typedef unsigned short x_t;
+
+// Four consecutive gate inputs (dims 4c..4c+3 of one token) as fp32.
+__device__ __forceinline__ float4 load_x4(const x_t* p) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    return make_float4(cake_bf16_bits_to_float((unsigned short)(u.x & 0xffffu)),
+                       cake_bf16_bits_to_float((unsigned short)(u.x >> 16)),
+                       cake_bf16_bits_to_float((unsigned short)(u.y & 0xffffu)),
+                       cake_bf16_bits_to_float((unsigned short)(u.y >> 16)));
+}
+
+// Shared-memory layouts. Every tile is stored unpadded with its 16-byte (fp32) or 8-byte (bf16)
+// columns XOR-swizzled per row; the swizzles below are the ones that make each access pattern of
+// this kernel conflict-free (derivations in docs/kernel-notes.md).
+__device__ __forceinline__ int sw_bf16(int r) { return ((r ^ (r >> 2)) & 3) << 2; }
+__device__ __forceinline__ int sw_gam(int r) { return (((r >> 2) & 3) << 1) ^ ((r & 1) << 2); }
+__device__ __forceinline__ int sw_sq(int r) { return (r & 6) ^ ((r & 1) << 2); }
+
+// bf16 [64][128], u = 4-element unit index (0..31)
+__device__ __forceinline__ int at_bf16(int r, int u) { return r * 128 + ((u ^ sw_bf16(r)) << 2); }
+// fp32 Gamma [64][128], c = float4 index (0..31)
+__device__ __forceinline__ int at_gam(int r, int c) { return r * 128 + ((c ^ sw_gam(r)) << 2); }
+// fp32 [64][64] tiles (Aqk, M, T), c = float4 index (0..15)
+__device__ __forceinline__ int at_sq(int r, int c) { return r * 64 + ((c ^ sw_sq(r)) << 2); }
+
+__device__ __forceinline__ void ld4_bf16(const unsigned short* s, int r, int u, float (&x)[4]) {
+    const uint2 p = *reinterpret_cast<const uint2*>(s + at_bf16(r, u));
+    x[0] = cake_bf16_lo(p.x);
+    x[1] = cake_bf16_hi(p.x);
+    x[2] = cake_bf16_lo(p.y);
+    x[3] = cake_bf16_hi(p.y);
+}
+
+__device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d) {
+    return cake_bf16_to_f32(s[at_bf16(r, d >> 2) + (d & 3)]);
+}
+
+// The state pass feeds W, Qg, Kd and Aqk to tensor cores as TF32; storing them already rounded
+// (rna, as the mma operand conversion would) removes every conversion from its serial loop and
+// leaves its results bitwise unchanged.
+__device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
+
+__device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
+    return *reinterpret_cast<const float4*>(s + idx);
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
+    const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+    const unsigned short* __restrict__ v, const float* __restrict__ beta,
+    const x_t* __restrict__ x, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
+    const int* __restrict__ chunks, float* __restrict__ Aqk, float* __restrict__ W,
+    float* __restrict__ U, float* __restrict__ Qg, float* __restrict__ Kd, float* __restrict__ gl,
+    float* __restrict__ G_out, int H, int beta_sigmoid, float scale, float lower_bound)
+{
+    extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
+    unsigned short* qs = reinterpret_cast<unsigned short*>(smem);
+    unsigned short* ks = qs + 64 * 128;
+    unsigned short* vs = ks + 64 * 128;
+    float* gs = reinterpret_cast<float*>(smem + 3 * 64 * 128 * 2);  // Gamma * log2(e)
+    float* As = gs + 64 * 128;  // Aqk, later T = (I + M)^-1
+    float* Ms = As + 64 * 64;   // M; its unused upper blocks hold scratch for the T solve
+    float* bs = Ms + 64 * 64;
+    float* rq = bs + 64;
+    float* rk = rq + 64;
+
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int t0 = chunks[2 * c], L = chunks[2 * c + 1];
+    const long long tok_stride = (long long)H * 128;
+    const long long in_base = (long long)t0 * tok_stride + (long long)h * 128;
+    const long long ws = (long long)c * H + h;
+
+    // ---- load: q, k, v rows >= L become zeros. The gate input is staged in gs as the part of
+    // the log gate that does not involve the running sum (g itself, softplus(x + dt_bias), or
+    // sigmoid(exp(A_log) (x + dt_bias))); the per-dim sequential sum below adds it exactly as the
+    // gate stage does (its compiled form contracts -exp(A_log) * softplus + acc and
+    // lower_bound * sigmoid + acc into one fma each, hence the explicit fmaf).
+    {
+#pragma unroll
+        for (int i = 0; i < 12; ++i) {
+            const int idx = tid + 256 * i;
+            const int which = i >> 2, r = (idx >> 4) & 63, ch = idx & 15;
+            const bool ok = r < L;
+            const unsigned short* src = (which == 0 ? q : which == 1 ? k : v) + in_base +
+                                        (ok ? (long long)r * tok_stride + ch * 8 : 0);
+            unsigned short* dst = which == 0 ? qs : which == 1 ? ks : vs;
+            cake_cp_async16(dst + at_bf16(r, 2 * ch), src, ok ? 16 : 0);
+        }
+        cake_cp_async_commit();
+        const int c4 = tid & 31, r0 = tid >> 5;
+        float4 gv[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = r0 + 8 * i;
+            gv[i] = r < L ? load_x4(x + in_base + (long long)r * tok_stride + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        const float4 bias = *reinterpret_cast<const float4*>(dt_bias + h * 128 + 4 * c4);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            float4 p = gv[i];
+            p.x = cake_softplus(p.x + bias.x); p.y = cake_softplus(p.y + bias.y);
+            p.z = cake_softplus(p.z + bias.z); p.w = cake_softplus(p.w + bias.w);
+            *reinterpret_cast<float4*>(gs + at_gam(r0 + 8 * i, c4)) = p;
+        }
+        if (tid < 64) {
+            float b = 0.f;
+            if (tid < L) {
+                b = beta[(long long)(t0 + tid) * H + h];
+                if (beta_sigmoid) b = cake_sigmoid_ex2(b);
+            }
+            bs[tid] = b;
+        }
+        cake_cp_async_wait<0>();
+        __syncthreads();
+    }
+
+    if (tid < 128) {
+        // Gamma: one thread per dim, rows in order (the gate stage's order and roundings, so the
+        // bits are its G). Rows >= L repeat row L-1, so that every exponent below stays a
+        // non-positive difference and padding rows multiply exact zeros. Stored * log2(e).
+        const int d = tid;
+        const float nea = -expf(A_log[h]);
+        float acc = 0.f;
+        float* gout = G_out != nullptr ? G_out + in_base + d : nullptr;
+        // 16 rows per batch: the loads of a batch are issued together (they cannot move above the
+        // previous batch's stores, which the compiler cannot prove disjoint), then the chain.
+#pragma unroll 1
+        for (int r0 = 0; r0 < 64; r0 += 16) {
+            float pv[16];
+#pragma unroll
+            for (int u = 0; u < 16; ++u) pv[u] = gs[at_gam(r0 + u, d >> 2) + (d & 3)];
+#pragma unroll
+            for (int u = 0; u < 16; ++u) {
+                const int r = r0 + u;
+                if (r < L) {
+                    acc = __fmaf_rn(nea, pv[u], acc);
+                    if (gout != nullptr) gout[(long long)r * tok_stride] = acc;
+                }
+                gs[at_gam(r, d >> 2) + (d & 3)] = acc * CAKE_LOG2E;
+            }
+        }
+    } else if (kL2Norm) {
+        // One warp per row, fixed butterfly order: the norms are bitwise reproducible. Four rows
+        // at a time, so the four shuffle chains overlap.
+#pragma unroll 1
+        for (int r4 = warp - 4; r4 < 128; r4 += 16) {
+            float ss[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int rr = r4 + 4 * u;
+                float xv[4];
+                ld4_bf16(rr < 64 ? qs : ks, rr & 63, lane, xv);
+                ss[u] = xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3];
+            }
+#pragma unroll
+            for (int m = 16; m >= 1; m >>= 1)
+#pragma unroll
+                for (int u = 0; u < 4; ++u) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], m);
+            if (lane == 0) {
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int rr = r4 + 4 * u;
+                    (rr < 64 ? rq : rk)[rr & 63] = 1.0f / sqrtf(ss[u] + 1e-6f);
+                }
+            }
+        }
+    }
+    __syncthreads();
+
+    // ---- diagonal 16x16 blocks: a block whose decay span max_d |G_r[d] - G_{r+15}[d]| (r = its
+    // first row, log2 units) is below kFastSpan goes through the tensor-core factorisation of the
+    // off-diagonal blocks below (every factor lies in [2^-96, 2^96]: normal fp32/TF32, so each
+    // product keeps TF32 relative precision; entries j > i are discarded by select). The others
+    // (e.g. gates of -1000) take the exact elementwise path. The choice depends on the chunk's own
+    // data only (deterministic, pack invariant); bit b of fastmask is block b's choice.
+    constexpr float kFastSpan = 96.f;
+    unsigned int fastmask = 0;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+        const float4 ga = ld4_f32(gs, at_gam(16 * b, lane)), gz = ld4_f32(gs, at_gam(16 * b + 15, lane));
+        const float m = fmaxf(fmaxf(fabsf(ga.x - gz.x), fabsf(ga.y - gz.y)), fmaxf(fabsf(ga.z - gz.z), fabsf(ga.w - gz.w)));
+        if (__all_sync(0xffffffffu, m < kFastSpan)) fastmask |= 1u << b;
+    }
+
+    // Exact path: elementwise with the exact exp(G_i - G_j).
+    // A half-warp owns a 4x4 (i, j) sub-tile of one block; its 16 lanes split the 128 dims (8
+    // each) and the partial sums are combined by recursive halving across the 16 lanes.
+    // Warp-task wt covers sub-tiles 2wt, 2wt+1, both in block wt / 5.
+    for (int wt = warp; wt < 20; wt += 8) {
+        if ((fastmask >> (wt / 5)) & 1u) continue;
+        const int gi = 2 * wt + (lane >> 4);
+        const int b = gi / 10, sub = gi - 10 * b;
+        const int si = (sub >= 1) + (sub >= 3) + (sub >= 6);
+        const int sj = sub - (si * (si + 1)) / 2;
+        const int s = lane & 7, hh = (lane >> 3) & 1;
+        const int i0 = 16 * b + 4 * si, j0 = 16 * b + 4 * sj;
+        float acc[32];
+#pragma unroll
+        for (int x = 0; x < 32; ++x) acc[x] = 0.f;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int cu = 8 * hh + 16 * u + s;
+            float kj[4][4], gj[4][4];
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj) {
+                ld4_bf16(ks, j0 + jj, cu, kj[jj]);
+                const float4 gg = ld4_f32(gs, at_gam(j0 + jj, cu));
+                gj[jj][0] = gg.x; gj[jj][1] = gg.y; gj[jj][2] = gg.z; gj[jj][3] = gg.w;
+                if (kL2Norm) {
+                    const float rn = rk[j0 + jj];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) kj[jj][e] *= rn;
+                }
+            }
+#pragma unroll
+            for (int ii = 0; ii < 4; ++ii) {
+                float qi[4], ki[4];
+                ld4_bf16(qs, i0 + ii, cu, qi);
+                ld4_bf16(ks, i0 + ii, cu, ki);
+                const float4 gg = ld4_f32(gs, at_gam(i0 + ii, cu));
+                const float gi4[4] = {gg.x, gg.y, gg.z, gg.w};
+                if (kL2Norm) {
+                    const float rnq = rq[i0 + ii], rnk = rk[i0 + ii];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) { qi[e] *= rnq; ki[e] *= rnk; }
+                }
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+#pragma unroll
+                    for (int jj = 0; jj < 4; ++jj) {
+                        const float kje = kj[jj][e] * cake_ex2(gi4[e] - gj[jj][e]);
+                        acc[4 * ii + jj] = fmaf(qi[e], kje, acc[4 * ii + jj]);
+                        acc[16 + 4 * ii + jj] = fmaf(ki[e], kje, acc[16 + 4 * ii + jj]);
+                    }
+                }
+            }
+        }
+        // Recursive halving over lane bits 3..0: each step keeps half of the values, so a lane
+        // ends with two sums, at indices 16*b3 + 8*b2 + 4*b1 + 2*b0 + {0, 1}.
+#pragma unroll
+        for (int x = 0; x < 16; ++x) {
+            const bool up = lane & 8;
+            const float send = up ? acc[x] : acc[x + 16];
+            const float keep = up ? acc[x + 16] : acc[x];
+            acc[x] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+        }
+#pragma unroll
+        for (int x = 0; x < 8; ++x) {
+            const bool up = lane & 4;
+            const float send = up ? acc[x] : acc[x + 8];
+            const float keep = up ? acc[x + 8] : acc[x];
+            acc[x] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+        }
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            const bool up = lane & 2;
+            const float send = up ? acc[x] : acc[x + 4];
+            const float keep = up ? acc[x + 4] : acc[x];
+            acc[x] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+        }
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            const bool up = lane & 1;
+            const float send = up ? acc[x] : acc[x + 2];
+            const float keep = up ? acc[x + 2] : acc[x];
+            acc[x] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+        }
+        const int base = 16 * ((lane >> 3) & 1) + 8 * ((lane >> 2) & 1) + 4 * ((lane >> 1) & 1) + 2 * (lane & 1);
+        const int p = base & 15;
+        const int row = i0 + (p >> 2), col = j0 + (p & 3);
+        float* dst = base < 16 ? As : Ms;
+        const float mul = base < 16 ? scale : bs[row];
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            const int cc = col + x;
+            const bool keep = base < 16 ? cc <= row : cc < row;
+            dst[at_sq(row, cc >> 2) + (cc & 3)] = keep ? mul * acc[x] : 0.f;
+        }
+    }
+
+    // ---- blocks (bi, bj), bi >= bj, on tensor cores, reference row r = 16*bi:
+    // (q_i exp(G_i - G_r)) . (k_j exp(G_r - G_j)); both factors <= 1 for i >= r > j (bi > bj); for
+    // the diagonal block (bi == bj) the key factor is in [1, 2^kFastSpan) and j > i is masked.
+    auto qk_tile = [&](const int bi, const int bj) {
+        const int r = 16 * bi;
+        const int ia = r + g, ib = r + g + 8;
+        const int ja = 16 * bj + g, jb = 16 * bj + 8 + g;
+        float aq[2][4], am[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) { aq[n][x] = 0.f; am[n][x] = 0.f; }
+        const float rqa = kL2Norm ? rq[ia] : 1.f, rqb = kL2Norm ? rq[ib] : 1.f;
+        const float rka = kL2Norm ? rk[ia] : 1.f, rkb = kL2Norm ? rk[ib] : 1.f;
+        const float rja = kL2Norm ? rk[ja] : 1.f, rjb = kL2Norm ? rk[jb] : 1.f;
+#pragma unroll 2
+        for (int kp = 0; kp < 8; ++kp) {
+            const int cu = 4 * kp + t;
+            const float4 gr = ld4_f32(gs, at_gam(r, cu));
+            const float4 g_a = ld4_f32(gs, at_gam(ia, cu)), g_b = ld4_f32(gs, at_gam(ib, cu));
+            const float4 g_ja = ld4_f32(gs, at_gam(ja, cu)), g_jb = ld4_f32(gs, at_gam(jb, cu));
+            float qa[4], qb[4], ka[4], kb[4], kja[4], kjb[4];
+            ld4_bf16(qs, ia, cu, qa); ld4_bf16(qs, ib, cu, qb);
+            ld4_bf16(ks, ia, cu, ka); ld4_bf16(ks, ib, cu, kb);
+            ld4_bf16(ks, ja, cu, kja); ld4_bf16(ks, jb, cu, kjb);
+            const float grv[4] = {gr.x, gr.y, gr.z, gr.w};
+            const float gav[4] = {g_a.x, g_a.y, g_a.z, g_a.w}, gbv[4] = {g_b.x, g_b.y, g_b.z, g_b.w};
+            const float gjav[4] = {g_ja.x, g_ja.y, g_ja.z, g_ja.w}, gjbv[4] = {g_jb.x, g_jb.y, g_jb.z, g_jb.w};
+            unsigned int fq_a[4], fq_b[4], fk_a[4], fk_b[4], fj_a[4], fj_b[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float ea = cake_ex2(gav[e] - grv[e]), eb = cake_ex2(gbv[e] - grv[e]);
+                fq_a[e] = cake_tf32(qa[e] * rqa * ea);
+                fq_b[e] = cake_tf32(qb[e] * rqb * eb);
+                fk_a[e] = cake_tf32(ka[e] * rka * ea);
+                fk_b[e] = cake_tf32(kb[e] * rkb * eb);
+                fj_a[e] = cake_tf32(kja[e] * rja * cake_ex2(grv[e] - gjav[e]));
+                fj_b[e] = cake_tf32(kjb[e] * rjb * cake_ex2(grv[e] - gjbv[e]));
+            }
+#pragma unroll
+            for (int hs = 0; hs < 2; ++hs) {
+                const int e0 = 2 * hs, e1 = 2 * hs + 1;
+                cake_mma_tf32(aq[0], fq_a[e0], fq_b[e0], fq_a[e1], fq_b[e1], fj_a[e0], fj_a[e1]);
+                cake_mma_tf32(aq[1], fq_a[e0], fq_b[e0], fq_a[e1], fq_b[e1], fj_b[e0], fj_b[e1]);
+                cake_mma_tf32(am[0], fk_a[e0], fk_b[e0], fk_a[e1], fk_b[e1], fj_a[e0], fj_a[e1]);
+                cake_mma_tf32(am[1], fk_a[e0], fk_b[e0], fk_a[e1], fk_b[e1], fj_b[e0], fj_b[e1]);
+            }
+        }
+        const float ba = bs[ia], bb = bs[ib];
+        const bool dg = bi == bj;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+            const int col = 16 * bj + 8 * n + 2 * t;
+            float* pa = As + at_sq(ia, col >> 2) + (col & 3);
+            float* pb = As + at_sq(ib, col >> 2) + (col & 3);
+            pa[0] = !dg || col <= ia ? scale * aq[n][0] : 0.f;
+            pa[1] = !dg || col + 1 <= ia ? scale * aq[n][1] : 0.f;
+            pb[0] = !dg || col <= ib ? scale * aq[n][2] : 0.f;
+            pb[1] = !dg || col + 1 <= ib ? scale * aq[n][3] : 0.f;
+            float* ma = Ms + at_sq(ia, col >> 2) + (col & 3);
+            float* mb = Ms + at_sq(ib, col >> 2) + (col & 3);
+            ma[0] = !dg || col < ia ? ba * am[n][0] : 0.f;
+            ma[1] = !dg || col + 1 < ia ? ba * am[n][1] : 0.f;
+            mb[0] = !dg || col < ib ? bb * am[n][2] : 0.f;
+            mb[1] = !dg || col + 1 < ib ? bb * am[n][3] : 0.f;
+        }
+    };
+    // Warps 0-5: the six off-diagonal blocks; warps 0-3 then their fast diagonal block.
+    if (warp < 6) {
+        const int bi = warp < 1 ? 1 : (warp < 3 ? 2 : 3);
+        qk_tile(bi, warp - (bi * (bi - 1)) / 2);
+    }
+    if (warp < 4 && ((fastmask >> warp) & 1u)) qk_tile(warp, warp);
+    if (warp >= 4) {
+        // Qg = scale * q * exp(G): one row per warp instruction, 16-byte coalesced stores.
+        float* out = Qg + ws * 8192;
+        for (int idx = tid - 128; idx < 64 * 32; idx += 128) {
+            const int r = idx >> 5, c4 = idx & 31;
+            float x[4];
+            ld4_bf16(qs, r, c4, x);
+            const float4 gg = ld4_f32(gs, at_gam(r, c4));
+            const float m = kL2Norm ? scale * rq[r] : scale;
+            float4 y;
+            y.x = rtf32(m * x[0] * cake_ex2(gg.x));
+            y.y = rtf32(m * x[1] * cake_ex2(gg.y));
+            y.z = rtf32(m * x[2] * cake_ex2(gg.z));
+            y.w = rtf32(m * x[3] * cake_ex2(gg.w));
+            *reinterpret_cast<float4*>(out + r * 128 + 4 * c4) = y;
+        }
+    }
+    __syncthreads();
+
+    // ---- warps 0-1: inverses of the four diagonal blocks of (I + M), one column per thread,
+    // by forward substitution (x_k = 0 above the column's diagonal, so the sums run uniformly
+    // from 0 and add exact zeros). Warps 2-7: write out Aqk, Kd and gl meanwhile.
+    float tcol[16];
+    if (warp < 2) {
+        const int b = tid >> 4, cc = tid & 15;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            if (i == 0) {
+                tcol[0] = cc == 0 ? 1.f : 0.f;
+            } else {
+                const int row = 16 * b + i;
+                float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+                for (int kk = 0; kk < i; kk += 4) {
+                    const float4 m4 = ld4_f32(Ms, at_sq(row, (16 * b + kk) >> 2));
+                    const float mv[4] = {m4.x, m4.y, m4.z, m4.w};
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        if (kk + e < i) {
+                            if (e & 1) s1 = fmaf(mv[e], tcol[kk + e], s1);
+                            else s0 = fmaf(mv[e], tcol[kk + e], s0);
+                        }
+                    }
+                }
+                tcol[i] = i == cc ? 1.f : (i > cc ? -(s0 + s1) : 0.f);
+            }
+        }
+    } else {
+        float* aout = Aqk + ws * 4096;
+        for (int idx = tid - 64; idx < 64 * 16; idx += 192) {
+            const int r = idx >> 4, c4 = idx & 15;
+            const float4 a = ld4_f32(As, at_sq(r, c4));
+            float4 y;
+            y.x = 4 * c4 + 0 <= r ? rtf32(a.x) : 0.f;
+            y.y = 4 * c4 + 1 <= r ? rtf32(a.y) : 0.f;
+            y.z = 4 * c4 + 2 <= r ? rtf32(a.z) : 0.f;
+            y.w = 4 * c4 + 3 <= r ? rtf32(a.w) : 0.f;
+            *reinterpret_cast<float4*>(aout + r * 64 + 4 * c4) = y;
+        }
+        // Kd transposed: a warp writes two whole 256-byte rows (dims) of it per store.
+        float* kout = Kd + ws * 8192;
+        for (int task = warp - 2; task < 64; task += 6) {
+            const int d = 2 * task + (lane >> 4), r0 = 4 * (lane & 15);
+            const float gend = gs[at_gam(L - 1, d >> 2) + (d & 3)];
+            float y[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = r0 + e;
+                const float kv = ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
+                y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
+            }
+            *reinterpret_cast<float4*>(kout + d * 64 + r0) = make_float4(y[0], y[1], y[2], y[3]);
+        }
+        if (tid >= 128) {
+            const int d = tid - 128;
+            gl[ws * 128 + d] = cake_ex2(gs[at_gam(L - 1, d >> 2) + (d & 3)]);
+        }
+    }
+    __syncthreads();
+    if (warp < 2) {
+        const int b = tid >> 4, cc = tid & 15;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) As[at_sq(16 * b + i, (16 * b + cc) >> 2) + (cc & 3)] = tcol[i];
+    }
+    __syncthreads();
+
+    // ---- off-diagonal blocks of T, by distance from the diagonal (block rows a = b + dist):
+    // X = M[a, b..a-1] T[b..a-1, b], then T[a, b] = -T[a, a] X. X lives in M's unused block (b, a).
+    // Each thread owns one row and four columns of one block.
+#pragma unroll 1
+    for (int dist = 1; dist < 4; ++dist) {
+        const int nblk = 4 - dist;
+        const bool active = tid < 64 * nblk;
+        const int b = tid >> 6, rr = (tid >> 2) & 15, cg = tid & 3;
+        const int a = b + dist;
+        if (active) {
+            const int row = 16 * a + rr;
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int s4 = 4 * b; s4 < 4 * a; ++s4) {
+                const float4 m4 = ld4_f32(Ms, at_sq(row, s4));
+                const float mv[4] = {m4.x, m4.y, m4.z, m4.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float4 tv = ld4_f32(As, at_sq(4 * s4 + e, 4 * b + cg));
+                    x.x = fmaf(mv[e], tv.x, x.x);
+                    x.y = fmaf(mv[e], tv.y, x.y);
+                    x.z = fmaf(mv[e], tv.z, x.z);
+                    x.w = fmaf(mv[e], tv.w, x.w);
+                }
+            }
+            *reinterpret_cast<float4*>(Ms + at_sq(16 * b + rr, 4 * a + cg)) = x;
+        }
+        __syncthreads();
+        if (active) {
+            const int row = 16 * a + rr;
+            float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int q4 = 0; q4 < 4; ++q4) {
+                const float4 t4 = ld4_f32(As, at_sq(row, 4 * a + q4));
+                const float tv[4] = {t4.x, t4.y, t4.z, t4.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float4 xv = ld4_f32(Ms, at_sq(16 * b + 4 * q4 + e, 4 * a + cg));
+                    y.x = fmaf(tv[e], xv.x, y.x);
+                    y.y = fmaf(tv[e], xv.y, y.y);
+                    y.z = fmaf(tv[e], xv.z, y.z);
+                    y.w = fmaf(tv[e], xv.w, y.w);
+                }
+            }
+            *reinterpret_cast<float4*>(As + at_sq(row, 4 * b + cg)) = make_float4(-y.x, -y.y, -y.z, -y.w);
+        }
+        __syncthreads();
+    }
+
+    // ---- [W | U] = T [diag(beta) K exp(G) | diag(beta) V], TF32 on tensor cores. Warp w owns 32
+    // output columns (w < 4: W, else U) of all 64 rows; B fragments are formed on the fly.
+    {
+        const bool isW = warp < 4;
+        const int cb = 32 * (warp & 3);
+        const unsigned short* src = isW ? ks : vs;
+        float acc[4][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.f;
+#pragma unroll
+        for (int kp = 0; kp < 4; ++kp) {
+            unsigned int bf[4][4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int tok = 16 * kp + 4 * t + e;
+                float m = bs[tok];
+                if (isW && kL2Norm) m *= rk[tok];
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    const int d = cb + 8 * ni + g;
+                    float val = m * ld1_bf16(src, tok, d);
+                    if (isW) val *= cake_ex2(gs[at_gam(tok, d >> 2) + (d & 3)]);
+                    bf[ni][e] = cake_tf32(val);
+                }
+            }
+#pragma unroll
+            for (int mi = kp; mi < 4; ++mi) {
+                const float4 ta = ld4_f32(As, at_sq(16 * mi + g, 4 * kp + t));
+                const float4 tb = ld4_f32(As, at_sq(16 * mi + g + 8, 4 * kp + t));
+                const unsigned int a0 = cake_tf32(ta.x), a1 = cake_tf32(tb.x), a2 = cake_tf32(ta.y), a3 = cake_tf32(tb.y);
+                const unsigned int a4 = cake_tf32(ta.z), a5 = cake_tf32(tb.z), a6 = cake_tf32(ta.w), a7 = cake_tf32(tb.w);
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    cake_mma_tf32(acc[mi][ni], a0, a1, a2, a3, bf[ni][0], bf[ni][1]);
+                    cake_mma_tf32(acc[mi][ni], a4, a5, a6, a7, bf[ni][2], bf[ni][3]);
+                }
+            }
+        }
+        float* out = (isW ? W : U) + ws * 8192;
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const int col = cb + 8 * ni + 2 * t, r = 16 * mi + g;
+                float4 x = make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
+                if (isW) { x.x = rtf32(x.x); x.y = rtf32(x.y); x.z = rtf32(x.z); x.w = rtf32(x.w); }
+                *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(x.x, x.y);
+                *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(x.z, x.w);
+            }
+    }
+}
