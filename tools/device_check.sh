@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU tests (shipped arch, then the sm_90 twins), compute-sanitizer on a small
 # set, accuracy and forward speed against FLA 0.6.0. Logs go to $OUT. Usage on the H200:
-#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed kernels diag)
+#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed kernels diag long speed-long)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=/tmp/cake-cache CAKE_QUIET=1
@@ -13,14 +13,16 @@ steps=${*:-latency tests twin sanitize accuracy speed}
 for step in $steps; do
   echo "=== $step"
   case $step in
-    tests) timeout ${TESTS_S:-400} python3 -m pytest -q -m gpu -rf --durations=8 2>&1 | tee "$OUT/tests.log" | tail -30 ;;
-    twin) CAKE_ARCH=sm_90 timeout ${TESTS_S:-400} python3 -m pytest -q -m gpu -rf 2>&1 | tee "$OUT/twin.log" | tail -8 ;;
+    tests) timeout ${TESTS_S:-400} python3 -m pytest -q -m "gpu and not slow" -rf --durations=8 2>&1 | tee "$OUT/tests.log" | tail -30 ;;
+    twin) CAKE_ARCH=sm_90 timeout ${TESTS_S:-400} python3 -m pytest -q -m "gpu and not slow" -rf 2>&1 | tee "$OUT/twin.log" | tail -8 ;;
     sanitize) for tool in ${TOOLS:-memcheck racecheck initcheck synccheck}; do
         timeout 240 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 tools/sanitize_small.py > "$OUT/sanitize-$tool.log" 2>&1
         echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|sanitize_small' "$OUT/sanitize-$tool.log" | tr '\n' ' ')"
       done ;;
     accuracy) timeout 400 python3 tools/bench.py --accuracy --acc-cases g-mixed-off,g-fast-off,g-slow-off,g-slow-fused,g-extreme-off,raw-lb-off,raw-lb-fused --acc-paths ${PATHS_:-saved} --json "$OUT/accuracy.json" 2>&1 | tee "$OUT/accuracy.log" | tail -30 ;;
     speed) timeout ${SPEED_S:-400} python3 tools/bench.py --rows ${ROWS:-1doc,4doc,R2,m2} --ops ${OPS_:-fwd} --variants ${VARIANTS:-g:off:saved,g:fused:saved,raw:off:saved,raw:fused:saved} --json "$OUT/speed.json" 2>&1 | tee "$OUT/speed.log" | tail -40 ;;
+    long) timeout ${TESTS_S:-400} python3 -m pytest -q -m gpu -rf tests/test_kda_long_gpu.py 2>&1 | tee "$OUT/long.log" | tail -12 ;;
+    speed-long) timeout ${SPEED_S:-400} python3 tools/bench.py --rows long,long4 --impl fla,cake,cake1 --ops fwd,fwd+bwd --variants g:off:saved --json "$OUT/speed-long.json" 2>&1 | tee "$OUT/speed-long.log" | tail -12 ;;
     kernels) timeout 120 python3 tools/kernel_times.py --rows ${ROWS:-1doc,4doc,R2,m2} --variant ${VARIANT:-g:off:saved} 2>&1 | tee "$OUT/kernels.log" | tail -70 ;;
     diag) timeout 120 python3 tools/diag_dbeta.py 2>&1 | tail -12 ;;
     latency) python3 tools/load_latency.py >/dev/null 2>&1; python3 tools/load_latency.py --json "$OUT/latency.json" ;;
