@@ -1,0 +1,293 @@
+"""CPU emulator (tools/emu): cake's KDA programs, launched by cake.kda's own Python code, run on the
+CPU and match the float64 reference under the GPU tests' bounds; every output element is written;
+other legal thread orders give the same bits; and programs with a planted bug fail."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from kda_reference import kda_reference_grads, rel_l2  # noqa: E402
+
+import cake.kda.backward as backward_module  # noqa: E402
+import cake.kda.forward as forward_module  # noqa: E402
+import cake.kda.stages as stages_module  # noqa: E402
+from cake.errors import LaunchError  # noqa: E402
+from cake.kda import chunk_kda  # noqa: E402
+from cake.kda.layout import layout_for  # noqa: E402
+from cake.spec import Arch, GateForm  # noqa: E402
+from tools.emu import compiler  # noqa: E402
+from tools.emu.check import (  # noqa: E402
+    BOUND,
+    CASES,
+    case_inputs,
+    check_case,
+    compare,
+    config_for,
+    output_names,
+    run_emulated,
+    schedule_differences,
+)
+from tools.emu.loader import EmuError, EmuLoader, EmuModule, Options, Program, emulate  # noqa: E402
+from tools.emu.source import INCLUDE, translation_unit, twin_drift  # noqa: E402
+
+needs_cxx = pytest.mark.skipif(
+    not compiler.available(), reason=f"no C++ compiler {compiler.compiler()!r} for tools/emu"
+)
+FAST_CASES = ("g-mixed-off", "sigmoid-lb5-fused")  # g and raw gate, L2 norm off and fused
+
+
+@pytest.fixture(scope="module")
+def loader() -> EmuLoader:
+    return EmuLoader()
+
+
+class Mutated(EmuLoader):
+    """Renders one record with a planted change (the first occurrence of `old` replaced)."""
+
+    def __init__(self, record: str, old: str, new: str, **kw) -> None:
+        super().__init__(**kw)
+        self.record, self.old, self.new = record, old, new
+
+    def program(self, package: str, record: str) -> Program:
+        program = super().program(package, record)
+        if record != self.record:
+            return program
+        assert self.old in program.text, f"{self.old!r} is not in {record}: update the test"
+        return Program(program.entry, program.text.replace(self.old, self.new, 1))
+
+
+def forward_outputs(inp, loader: EmuLoader) -> tuple[torch.Tensor, torch.Tensor]:
+    args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
+    with emulate(loader):
+        o, ht, _ = forward_module.forward(*args, config_for(inp))
+    return o, ht
+
+
+# ---- without a compiler -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("twin", sorted(p.name for p in (INCLUDE / "cake").glob("*.cuh")))
+def test_header_twins_match_the_gpu_headers(twin):
+    """A CPU twin names the digest of the GPU header it models; an edited header must be reviewed
+    against its twin (and the digest line updated)."""
+    assert twin_drift(f"cake/{twin}", REPO / "generators/include/cake" / twin) is None
+
+
+def test_every_sm90_program_translates():
+    """Every program has a CPU form: no PTX outside the modelled headers."""
+    emu = EmuLoader()
+    records = {(e.package, e.record) for e in emu.manifest.entries if e.arch is Arch.sm_90}
+    assert records
+    for package, record in sorted(records):
+        program = emu.program(package, record)
+        unit = translation_unit(
+            program.text, program.entry.program, [k.symbol for k in program.entry.kernels]
+        )
+        assert "emu_launch_" in unit
+
+
+# ---- against the float64 reference --------------------------------------------------------------
+
+
+@needs_cxx
+@pytest.mark.parametrize(
+    "case", [c if c in FAST_CASES else pytest.param(c, marks=pytest.mark.slow) for c in CASES]
+)
+def test_forward_backward_match_float64(case, loader):
+    rows, out = check_case(CASES[case], loader)
+    bad = [row for row in rows if not row.ok]
+    assert not bad, bad
+    assert out["o"].dtype == torch.bfloat16 and out["ht"].dtype == torch.float32
+
+
+@needs_cxx
+def test_extreme_gates_give_exact_zero_dg(loader):
+    """As on the GPU: every decay but exp(0) underflows (ex2.approx.ftz flushes), dg is exactly 0."""
+    inp, do, dht = case_inputs(dict(regime="extreme", initial_state=True), lengths=[1, 65, 200])
+    out = run_emulated(inp, do, dht, loader)
+    assert torch.count_nonzero(out["dg"]) == 0
+    rows = compare(out, kda_reference_grads(inp, do, dht), ["o", "dq", "dk", "dv", "dbeta"])
+    assert all(row.ok for row in rows), rows
+
+
+@needs_cxx
+def test_chunk_kda_autograd_on_cpu(loader):
+    """The public entry point, autograd included, under emulate()."""
+    inp, do, dht = case_inputs(CASES["g-mixed-off"])
+    leaves = inp.with_grad()
+    with emulate(loader):
+        o, ht = chunk_kda(**leaves.as_kwargs(), output_final_state=True)
+        torch.autograd.backward([o, ht], [do, dht])
+    ref = kda_reference_grads(inp, do, dht)
+    assert rel_l2(o, ref["o"]) <= BOUND and rel_l2(ht, ref["ht"]) <= BOUND
+    names = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "initial_state": "dh0"}
+    for leaf, name in names.items():
+        assert rel_l2(getattr(leaves, leaf).grad, ref[name]) <= BOUND, name
+
+
+@needs_cxx
+@pytest.mark.parametrize(
+    "form,x_dtype",
+    [
+        (GateForm.sigmoid, torch.float32),
+        pytest.param(GateForm.g, torch.float32, marks=pytest.mark.slow),
+        pytest.param(GateForm.softplus, torch.bfloat16, marks=pytest.mark.slow),
+    ],
+    ids=["sigmoid-fp32", "g", "softplus-bf16"],
+)
+def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, loader):
+    """stages.gate_cumsum against float64, and bitwise equal to the Γ that fwd_chunk computes."""
+    from test_kda_gate_gpu import reference
+
+    kw = dict(regime="mixed") if form is GateForm.g else dict(gate="raw", gate_dtype=x_dtype)
+    if form is GateForm.sigmoid:
+        kw["lower_bound"] = -5.0
+    inp, _, _ = case_inputs(kw)
+    config = config_for(inp)
+    x = inp.g.view(inp.g.shape[1], inp.g.shape[2], 128)
+    args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
+    with emulate(loader):
+        layout = layout_for(config.cu_seqlens, x.device)
+        G = stages_module.gate_cumsum(
+            x, layout, form, A_log=inp.A_log, dt_bias=inp.dt_bias, lower_bound=config.lower_bound
+        )
+        saved = forward_module.forward(*args, config, keep=True)[2]
+    ref = reference(x, config.cu_seqlens, form, inp.A_log, inp.dt_bias, config.lower_bound)
+    assert rel_l2(G, ref) <= 1e-5
+    assert torch.equal(G, saved["G"])
+
+
+# ---- orchestration and emulator guarantees ------------------------------------------------------
+
+
+@needs_cxx
+def test_every_output_element_is_written(monkeypatch, loader):
+    """Every allocation of the forward, the replay and the backward starts as NaN (ints as -1)."""
+    real_empty, real_empty_like = torch.empty, torch.empty_like
+
+    def poison(t):
+        return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-1)
+
+    for mod in (backward_module, forward_module, stages_module):
+        monkeypatch.setattr(mod.torch, "empty", lambda *s, **kw: poison(real_empty(*s, **kw)))
+    monkeypatch.setattr(
+        backward_module.torch, "empty_like", lambda x, **kw: poison(real_empty_like(x, **kw))
+    )
+    inp, do, dht = case_inputs(CASES["sigmoid-lb5-fused"])
+    out = run_emulated(inp, do, dht, loader)
+    assert set(out) == {"o", "ht", *output_names(inp)}
+    for name, t in out.items():
+        assert not torch.isnan(t).any(), name
+
+
+@needs_cxx
+def test_saved_and_replay_paths_agree_bitwise(loader):
+    inp, do, dht = case_inputs(CASES["g-mixed-off"])
+    config = config_for(inp)
+    args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
+    with emulate(loader):
+        saved = forward_module.forward(*args, config, keep=True)[2]
+        from_saved = backward_module.backward(*args, do, dht, config, saved)
+        replayed = backward_module.backward(*args, do, dht, config)
+    for name, t in replayed.items():
+        assert torch.equal(from_saved[name], t), name
+
+
+@needs_cxx
+def test_other_thread_orders_give_the_same_bits(loader):
+    """Descending and shuffled thread orders, cp.async landing at issue: a race-free program with a
+    fixed reduction order gives the same bits under each."""
+    kw = CASES["g-mixed-off"]
+    inp, do, dht = case_inputs(kw)
+    base = run_emulated(inp, do, dht, loader)
+    assert schedule_differences(kw, base, lambda options: EmuLoader(options=options)) == []
+
+
+@needs_cxx
+def test_workers_do_not_change_the_bits(loader):
+    inp, do, dht = case_inputs(CASES["g-mixed-off"])
+    one = forward_outputs(inp, EmuLoader(options=Options(workers=1)))
+    three = forward_outputs(inp, EmuLoader(options=Options(workers=3)))
+    assert all(torch.equal(a, b) for a, b in zip(one, three, strict=True))
+
+
+@needs_cxx
+def test_launch_checks(loader):
+    module = loader.module("kda_det", "bwd_reduce")
+    fn = module["kda_bwd_gate_reduce"]
+    part, bias = torch.zeros(3, 2), torch.zeros(3, 2, 128)
+    dA, dbias = torch.empty(2), torch.empty(256)
+    fn((2,), part, bias, dA, dbias, 3, 2)
+    assert torch.equal(dA, torch.zeros(2))
+    with pytest.raises(EmuError, match="not contiguous"):
+        fn((2,), part, bias.transpose(0, 1), dA, dbias, 3, 2)
+    with pytest.raises(LaunchError, match="called with 5 arguments"):
+        fn((2,), part, bias, dA, dbias, 3)
+    entry, (kernel,) = module.entry, module.entry.kernels
+    fewer = entry.model_copy(
+        update={"kernels": (kernel.model_copy(update={"args": kernel.args[1:]}),)}
+    )
+    with pytest.raises(EmuError, match=r"takes \(ppppii\) but its metadata says \(pppii\)"):
+        EmuModule(fewer, module.library, Options())
+    big = entry.model_copy(update={"kernels": (kernel.model_copy(update={"smem": 300_000}),)})
+    with pytest.raises(EmuError, match="sm_90 allows at most"):
+        EmuModule(big, module.library, Options())["kda_bwd_gate_reduce"](
+            (2,), part, bias, dA, dbias, 3, 2
+        )
+
+
+# ---- planted bugs must fail ---------------------------------------------------------------------
+
+G_OFF = "fwd_chunk.gate-g.l2n-off"
+
+
+@needs_cxx
+def test_missing_cp_async_wait_reads_poison():
+    """cp.async lands at its wait: without the wait, the tiles are the NaN poison."""
+    inp, _, _ = case_inputs(CASES["g-mixed-off"])
+    o, ht = forward_outputs(inp, Mutated(G_OFF, "cake_cp_async_wait<0>();", ""))
+    assert torch.isnan(o).any() and torch.isnan(ht).any()
+
+
+@needs_cxx
+def test_divergent_warp_collective_is_reported():
+    """Half a warp skips an __all_sync: its other half waits there while the first reaches the
+    next collective (or a barrier, which would be reported as a deadlock)."""
+    inp, _, _ = case_inputs(CASES["g-mixed-off"])
+    old = "if (__all_sync(0xffffffffu,"
+    with pytest.raises(EmuError, match="meet at different warp collectives: __all_sync|deadlock"):
+        forward_outputs(inp, Mutated(G_OFF, old, "if (lane < 16 && __all_sync(0xffffffffu,"))
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_missing_syncthreads_changes_bits_across_thread_orders():
+    """The last barrier of the T solve's distance loop removed: the next distance reads blocks of T
+    that other threads may not have written yet, so ascending and descending orders disagree."""
+    inp, _, _ = case_inputs(CASES["g-mixed-off"])
+    text = EmuLoader().program("kda_det", G_OFF).text
+    tail = re.search(r"-y\.w\);\n        \}\n        __syncthreads\(\);\n", text)
+    assert tail is not None, "update the test: the T solve changed"
+    old = tail.group(0)
+    new = old.replace("__syncthreads();", "")
+    outs = [
+        forward_outputs(inp, Mutated(G_OFF, old, new, options=Options(schedule=s))) for s in (0, 1)
+    ]
+    assert not torch.equal(outs[0][0], outs[1][0])
+
+
+@needs_cxx
+@pytest.mark.slow
+def test_shared_memory_overrun_is_reported():
+    inp, _, _ = case_inputs(CASES["g-mixed-off"])
+    with pytest.raises(EmuError, match="past the end of the 115456 bytes of shared memory"):
+        forward_outputs(inp, Mutated(G_OFF, "bs[tid] = b;", "bs[tid + 320] = b;"))

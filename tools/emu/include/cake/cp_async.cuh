@@ -1,0 +1,20 @@
+// twin of generators/include/cake/cp_async.cuh sha256:3a53b4518d2d62b4cc7465ba877c6f08740ecf4fbeea4b5212173fb9cfaa066e
+#pragma once
+
+// cvta.to.shared.u64: the offset into the block's shared memory.
+__device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
+    return ::emu::smem_offset(p);
+}
+
+// cp.async.cg.shared.global [dst], [src], 16, src_bytes: queued, performed at the wait that
+// covers its group; src_bytes < 16 zero-fills the rest.
+__device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+    ::emu::cp_async(smem_dst, gmem_src, 16, src_bytes);
+}
+
+__device__ __forceinline__ void cake_cp_async_commit() { ::emu::cp_async_commit(); }
+
+template <int N>
+__device__ __forceinline__ void cake_cp_async_wait() {
+    ::emu::cp_async_wait(N);
+}
