@@ -93,10 +93,13 @@ def test_affine_prefix_matches_sequential_composition():
 # ----------------------------------------------------------------- state-pass stand-ins
 
 
-def fake_fwd_state(grid, W, U, Qg, Kd, Aqk, gl, chunks, rows, h0, o, ht, states, H, has_h0, store):  # noqa: ANN001
+def fake_fwd_state(
+    grid, W, U, Qg, Kd, Aqk, gl, chunks, rows, precise, h0, o, ht, states, H, has_h0, store
+):  # noqa: ANN001
     """kda_fwd_state's contract in float64: per row, S from h0 (or 0); per chunk Vn = U - W S,
     O = Qg S + Aqk Vn (rows < L to o), S = diag(gl) S + Kd^T Vn; states[c] = S at the chunk start."""
     assert grid == (2, H, rows.shape[0])
+    assert precise is None or precise.shape == (rows.shape[0],)
     for r, (c0, n) in enumerate(rows.tolist()):
         S = h0[r].clone() if has_h0 else torch.zeros(H, K, V, dtype=F64)
         for c in range(c0, c0 + n):
@@ -165,7 +168,9 @@ def test_segmented_passes_equal_the_serial_passes(with_states):
     o1 = torch.zeros(1, T, H, V, dtype=F64)
     ht1 = torch.zeros(N, H, K, V, dtype=F64)
     st1 = torch.zeros(NC, H, K, V, dtype=F64)
-    fake_fwd_state((2, H, N), *ops, layout.seq_chunks, h0, o1, ht1, st1, H, int(h0 is not None), 1)
+    fake_fwd_state(
+        (2, H, N), *ops, layout.seq_chunks, None, h0, o1, ht1, st1, H, int(h0 is not None), 1
+    )
     dS1, dVn1 = torch.zeros(NC, H, K, V, dtype=F64), torch.zeros(NC, H, 64, V, dtype=F64)
     dh01 = torch.zeros(N, H, K, V, dtype=F64)
     bops = (Qg, W, Kd, Aqk, gl, do, chunks)
@@ -206,3 +211,18 @@ def test_transitions_of_the_local_pass_are_the_chunk_products():
             A = (torch.diag_embed(gl[c]) - Kd[c] @ W[c]) @ A
         torch.testing.assert_close(M[p], A, rtol=1e-10, atol=1e-10)
     assert math.isfinite(float(o.abs().sum()))
+
+
+def test_precise_flags_follow_the_automatic_split_and_reach_every_row():
+    cu = (0, 1000, 1000, 1065, 2500)
+    flags = seg.precise_flags(cu, 2, 132)
+    assert flags == (1, 0, 0, 1)
+    assert seg.precise_flags((0, 16384), 64, 132) == (0,)  # 1doc: 64 heads fill the GPU unsplit
+    plan = seg.plan_for((5, 1, 2, 5), cu, CPU, flags)
+    assert plan.seq_precise is not None and plan.seq_precise.tolist() == list(flags)
+    assert plan.row_precise is not None and plan.local_precise is not None
+    for n in range(4):
+        rows = range(plan.first_row[n], plan.last_row[n] + 1)
+        assert all(plan.row_precise[r] == flags[n] for r in rows)
+    assert plan.local_precise.tolist() == [1] * 5 + [0] * 2 + [1] * 5
+    assert seg.plan_for((1, 1), (0, 5, 9), CPU, (0, 0)).row_precise is None

@@ -54,8 +54,10 @@ def test_split_run_matches_the_reference_like_the_serial_run():
     for name, got in split.items():
         err, err1 = rel_l2(got, ref[name]), rel_l2(serial[name], ref[name])
         assert err <= BOUND and err <= 1.1 * err1 + 1e-5, (name, err, err1)
-        # bf16 outputs (o, dq, dk, dv) differ from the serial run by rounding flips only
-        assert rel_l2(got, serial[name]) <= 1.5e-3, name
+        # the forward chain runs at the precise setting for this sequence (cake/kda/segments.py
+        # precise_flags): o and ht agree with the serial run to the issue's 1e-3; the gradients
+        # (TF32 reverse chain) differ by bf16 rounding flips
+        assert rel_l2(got, serial[name]) <= (1e-3 if name in ("o", "ht") else 1.5e-3), name
     again = run(inp, do, dht, 3)
     assert all(torch.equal(again[n], split[n]) for n in split)
 
@@ -80,11 +82,12 @@ def test_a_split_sequence_is_the_same_alone_and_packed():
 @pytest.mark.slow
 def test_no_error_growth_along_a_slow_decay_sequence():
     """The 000 seed's input, 8192 tokens: every 2048-token window of o within the bound for
-    P = 1, 4, 16, the last window within 1.2x of the first, ht close to the serial run."""
+    P = 1, 4, 16, the last window within 1.2x of the first, o and ht within 1e-3 of the serial run
+    (measured 1.3e-4 and 5e-7 with the precise chain; 1.2e-3 and 3.5e-4 without it)."""
     T, W = 8192, 2048
     inp = make_long_input(T, heads=1, device="cpu")
     o_ref, ht_ref = recurrent_kda(inp.q, inp.k, inp.v, inp.g, inp.beta, scale=128**-0.5)
-    serial_ht = None
+    serial_o = serial_ht = None
     for P in (1, 4, 16):
         with emulate():
             o, ht = chunk_kda(**inp.as_kwargs(), output_final_state=True, segments=P)
@@ -92,6 +95,6 @@ def test_no_error_growth_along_a_slow_decay_sequence():
         assert max(w) <= BOUND and w[-1] <= 1.2 * w[0], (P, w)
         assert rel_l2(ht, ht_ref) <= BOUND, P
         if serial_ht is None:
-            serial_ht = ht
+            serial_o, serial_ht = o, ht
         else:
-            assert rel_l2(ht, serial_ht) <= 1e-3, P
+            assert rel_l2(o, serial_o) <= 1e-3 and rel_l2(ht, serial_ht) <= 1e-3, P

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:64365bc1d31d0ffb670156205fb7ad275666b8d9ddeb66661196612a7268afa9
+// identity: sha256:a0dba71f8b9ee76be88e772c1a244117f45d9894e11c55ff8e46954de8be0353
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -102,6 +102,13 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
+// hi = TF32(x) to `a`; with `split`, also lo = TF32(x - hi) to `b` (x = hi + lo to ~2^-22).
+__device__ __forceinline__ void split_store(bool split, float* a, float* b, int idx, float x) {
+    const float hi = rtf32(x);
+    a[idx] = hi;
+    if (split) b[idx] = rtf32(x - hi);
+}
+
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
@@ -112,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     const float* __restrict__ W, const float* __restrict__ U, const float* __restrict__ Qg,
     const float* __restrict__ Kd, const float* __restrict__ Aqk, const float* __restrict__ gl,
     const int* __restrict__ chunks, const int* __restrict__ seq_chunks,
-    const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht,
+    const int* __restrict__ precise, const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht,
     float* __restrict__ states_out, int H, int has_h0, int store_ht)
 {
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
@@ -122,14 +129,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     float* As = Ks + 128 * 64;                   // Aqk [64][64]
     float* Us = As + 64 * 64;                    // U[:, vblock] [64 tok][64 v]
     float* Gs = Us + 64 * 64;                    // gl [128]
-    float* St = Gs + 128;                        // S^T [64 v][128 K]
-    float* Vt = St + 64 * 128;                   // Vnew^T [64 v][64 tok]
+    float* St = Gs + 128;                        // S^T [64 v][128 K], TF32 hi part
+    float* Vt = St + 64 * 128;                   // Vnew^T [64 v][64 tok], TF32 hi part
+    float* St2 = Vt + 64 * 64;                   // S^T lo part (S - hi, TF32)
+    float* Vt2 = St2 + 64 * 128;                 // Vnew^T lo part
 
     const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
     const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
+    const bool split = precise != nullptr && precise[n] != 0;  // block-uniform
 
     // State tile owned in registers (mma accumulator layout): K rows kr0 + 16 mi + g (+8),
     // value columns vc0 + 8 ni + 2t (+1), within this block's 64 columns.
@@ -186,10 +196,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) {
                 const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                St[el128(col, r)] = rtf32(S[mi][ni][0]);
-                St[el128(col + 1, r)] = rtf32(S[mi][ni][1]);
-                St[el128(col, r + 8)] = rtf32(S[mi][ni][2]);
-                St[el128(col + 1, r + 8)] = rtf32(S[mi][ni][3]);
+                split_store(split, St, St2, el128(col, r), S[mi][ni][0]);
+                split_store(split, St, St2, el128(col + 1, r), S[mi][ni][1]);
+                split_store(split, St, St2, el128(col, r + 8), S[mi][ni][2]);
+                split_store(split, St, St2, el128(col + 1, r + 8), S[mi][ni][3]);
             }
     };
     auto store_global = [&](float* dst) {
@@ -249,6 +259,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 #pragma unroll
         for (int kp = 0; kp < 8; ++kp) {
             float4 b4[4];
+            if (split && !is_o) {  // W S feeds the chain: S's lo part too (O takes hi only)
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(St2, at128(vc0 + 8 * ni + g, 4 * kp + t));
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    const float4 alo = ld4(Asrc, at128(rb + 16 * mi + g, 4 * kp + t));
+                    const float4 ahi = ld4(Asrc, at128(rb + 16 * mi + g + 8, 4 * kp + t));
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni) mma_k16(acc[mi][ni], alo, ahi, b4[ni]);
+                }
+            }
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(St, at128(vc0 + 8 * ni + g, 4 * kp + t));
 #pragma unroll
@@ -274,10 +295,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     const int r = rb + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
                     const float2 ulo = *reinterpret_cast<const float2*>(Us + el64(r, col));
                     const float2 uhi = *reinterpret_cast<const float2*>(Us + el64(r + 8, col));
-                    Vt[el64(col, r)] = rtf32(ulo.x - acc[mi][ni][0]);
-                    Vt[el64(col + 1, r)] = rtf32(ulo.y - acc[mi][ni][1]);
-                    Vt[el64(col, r + 8)] = rtf32(uhi.x - acc[mi][ni][2]);
-                    Vt[el64(col + 1, r + 8)] = rtf32(uhi.y - acc[mi][ni][3]);
+                    split_store(split, Vt, Vt2, el64(col, r), ulo.x - acc[mi][ni][0]);
+                    split_store(split, Vt, Vt2, el64(col + 1, r), ulo.y - acc[mi][ni][1]);
+                    split_store(split, Vt, Vt2, el64(col, r + 8), uhi.x - acc[mi][ni][2]);
+                    split_store(split, Vt, Vt2, el64(col + 1, r + 8), uhi.y - acc[mi][ni][3]);
                 }
         }
         __syncthreads();
@@ -326,6 +347,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 #pragma unroll
         for (int kp = 0; kp < 4; ++kp) {
             float4 b4[4];
+            if (split) {
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Vt2, at64(vc0 + 8 * ni + g, 4 * kp + t));
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    const float4 alo = ld4(Ks, at64(kr0 + 16 * mi + g, 4 * kp + t));
+                    const float4 ahi = ld4(Ks, at64(kr0 + 16 * mi + g + 8, 4 * kp + t));
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni) mma_k16(S[mi][ni], alo, ahi, b4[ni]);
+                }
+            }
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Vt, at64(vc0 + 8 * ni + g, 4 * kp + t));
 #pragma unroll

@@ -53,7 +53,8 @@ def segment_plan(config: Config, heads: int, device: torch.device) -> seg.Plan:
     if device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
     segments = seg.choose_segments(config.cu_seqlens, heads, sms, config.segments)
-    return seg.plan_for(segments, config.cu_seqlens, device)
+    precise = seg.precise_flags(config.cu_seqlens, heads, sms)
+    return seg.plan_for(segments, config.cu_seqlens, device, precise)
 
 
 def package_for(plan: seg.Plan) -> str:
@@ -119,7 +120,7 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
     M = None
     if not plan.any_split:
         state["kda_fwd_state"](
-            (V // BV, H, N), *ops, layout.seq_chunks, h0, o, ht, states, H,
+            (V // BV, H, N), *ops, layout.seq_chunks, plan.seq_precise, h0, o, ht, states, H,
             int(h0 is not None), int(ht is not None),
         )  # fmt: skip
     else:
@@ -139,20 +140,19 @@ def _segmented_state_pass(fwd_state, plan: seg.Plan, ops, U, h0, o, ht, states, 
     f32 = dict(dtype=U.dtype, device=U.device)  # float32 (float64 in the CPU tests' stand-ins)
     R_loc = int(plan.local_rows.shape[0])
     B_loc = torch.empty((R_loc, H, K, V), **f32)
-    fwd_state(
-        (V // BV, H, R_loc), *ops, plan.local_rows, None, o, B_loc, None, H, 0, 1
-    )  # fmt: skip
+    local = (plan.local_rows, plan.local_precise)
+    fwd_state((V // BV, H, R_loc), *ops, *local, None, o, B_loc, None, H, 0, 1)
     M_loc = torch.empty((R_loc, H, K, K), **f32)
     eye = torch.eye(K, **f32).expand(R_loc, H, K, K).contiguous()
     fwd_state(
-        (V // BV, H, R_loc), W, torch.zeros_like(U), Qg, Kd, Aqk, gl, chunks, plan.local_rows,
-        eye, o, M_loc, None, H, 1, 1,
+        (V // BV, H, R_loc), W, torch.zeros_like(U), Qg, Kd, Aqk, gl, chunks, *local, eye, o,
+        M_loc, None, H, 1, 1,
     )  # fmt: skip
     X = seg.combine_forward(plan, B_loc, M_loc, h0, H)
     ht_rows = torch.empty((plan.n_rows, H, K, V), **f32) if ht is not None else None
     fwd_state(
-        (V // BV, H, plan.n_rows), *ops, plan.rows, X, o, ht_rows, states, H, 1,
-        int(ht_rows is not None),
+        (V // BV, H, plan.n_rows), *ops, plan.rows, plan.row_precise, X, o, ht_rows, states, H,
+        1, int(ht_rows is not None),
     )  # fmt: skip
     if ht is not None and ht_rows is not None:
         ht.copy_(ht_rows[list(plan.last_row)])

@@ -51,12 +51,25 @@ def segment_sizes(n_chunks: int, P: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(p)]
 
 
+def precise_flags(cu_seqlens: tuple[int, ...], heads: int, sms: int) -> tuple[int, ...]:
+    """Per sequence, 1 when its state pass runs at the precise setting (kda_fwd_state `precise`):
+    the sequences the automatic rule would split, whatever P the call uses, so that a split run
+    and its serial run (segments=1) compute the same chain to ~1e-6. From the sequence's own
+    length and the head count only (pack invariant)."""
+    out = []
+    for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:], strict=True):
+        out.append(int(auto_segments(math.ceil((end - start) / CHUNK), heads, sms) > 1))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Plan:
     """Rows of the segment table, sequence by sequence. `segments[n]` = P of sequence n (1: serial).
     `rows` int32 [R, 2] (first chunk, number of chunks) on the device; `first_row[n]` /
     `last_row[n]` index rows; `split` lists the sequences with P >= 2; `local_rows` int32 [Rs, 2]
-    are the rows of the split sequences (in order), `local_of[n]` the first of them for sequence n."""
+    are the rows of the split sequences (in order), `local_of[n]` the first of them for sequence n.
+    `seq_precise` / `row_precise` / `local_precise`: int32 precise flags per sequence / row /
+    local row (None when no sequence is precise)."""
 
     segments: tuple[int, ...]
     rows: torch.Tensor
@@ -65,6 +78,9 @@ class Plan:
     split: tuple[int, ...]
     local_rows: torch.Tensor
     local_of: tuple[int, ...]
+    seq_precise: torch.Tensor | None
+    row_precise: torch.Tensor | None
+    local_precise: torch.Tensor | None
 
     @property
     def any_split(self) -> bool:
@@ -93,22 +109,33 @@ def choose_segments(
 
 
 @lru_cache(maxsize=64)
-def plan_for(segments: tuple[int, ...], cu_seqlens: tuple[int, ...], device: torch.device) -> Plan:
+def plan_for(
+    segments: tuple[int, ...],
+    cu_seqlens: tuple[int, ...],
+    device: torch.device,
+    precise: tuple[int, ...] | None = None,
+) -> Plan:
+    precise = precise or (0,) * len(segments)
     rows: list[tuple[int, int]] = []
     first_row, last_row, split, local_of = [], [], [], []
     local: list[tuple[int, int]] = []
+    row_flag: list[int] = []
+    local_flag: list[int] = []
     chunk = 0
     for n, (start, end) in enumerate(zip(cu_seqlens[:-1], cu_seqlens[1:], strict=True)):
         nc = math.ceil((end - start) / CHUNK)
         first_row.append(len(rows))
         for size in segment_sizes(nc, segments[n]):
             rows.append((chunk, size))
+            row_flag.append(precise[n])
             chunk += size
         last_row.append(len(rows) - 1)
         local_of.append(len(local))
         if segments[n] > 1:
             split.append(n)
             local += rows[first_row[n] :]
+            local_flag += row_flag[first_row[n] :]
+    any_precise = any(precise)
     return Plan(
         segments=segments,
         rows=_pairs(rows, device),
@@ -117,7 +144,14 @@ def plan_for(segments: tuple[int, ...], cu_seqlens: tuple[int, ...], device: tor
         split=tuple(split),
         local_rows=_pairs(local, device),
         local_of=tuple(local_of),
+        seq_precise=_flags(precise, device) if any_precise else None,
+        row_precise=_flags(tuple(row_flag), device) if any_precise else None,
+        local_precise=_flags(tuple(local_flag), device) if any_precise else None,
     )
+
+
+def _flags(flags: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    return torch.tensor(flags, dtype=torch.int32).to(device)
 
 
 def _pairs(rows: list[tuple[int, int]], device: torch.device) -> torch.Tensor:
