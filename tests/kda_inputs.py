@@ -97,6 +97,29 @@ class KDAInputs:
         )
 
 
+def kda_config(inp: KDAInputs, *, store_final_state: bool = False, saved: bool = False) -> Any:
+    """The cake.kda Config that chunk_kda would build for these inputs (for tests and tools that
+    call cake.kda.forward / backward directly)."""
+    from cake.kda.forward import Config
+    from cake.spec import GateForm, L2Norm
+
+    if inp.use_gate_in_kernel:
+        form = GateForm.sigmoid if inp.lower_bound is not None else GateForm.softplus
+    else:
+        form = GateForm.g
+    assert inp.cu_seqlens is not None
+    return Config(
+        cu_seqlens=tuple(int(x) for x in inp.cu_seqlens.tolist()),
+        scale=inp.q.shape[-1] ** -0.5,
+        gate=form,
+        l2n=L2Norm.fused if inp.use_qk_l2norm_in_kernel else L2Norm.off,
+        beta_sigmoid=inp.use_beta_sigmoid_in_kernel,
+        lower_bound=float(inp.lower_bound) if inp.lower_bound is not None else 0.0,
+        store_final_state=store_final_state,
+        saved=saved,
+    )
+
+
 def pack_lengths(lengths: Sequence[int], device: torch.device | str = "cpu") -> torch.Tensor:
     """Sequence lengths -> cu_seqlens (int64 `[N+1]`, starting at 0)."""
     if len(lengths) == 0 or any(int(n) < 0 for n in lengths):

@@ -8,14 +8,13 @@ import zlib
 
 import pytest
 import torch
-from kda_inputs import make_inputs
+from kda_inputs import kda_config, make_inputs
 from kda_reference import kda_reference_grads, rel_l2, rel_l2_per_head
 
 import cake.kda.backward as backward_module
 import cake.kda.forward as forward_module
 import cake.kda.stages as stages_module
 from cake.kda.forward import Config
-from cake.spec import GateForm, L2Norm
 
 pytestmark = [pytest.mark.gpu]
 
@@ -36,20 +35,7 @@ CASES = {
 
 
 def config_for(inp, *, saved: bool = False) -> Config:
-    if inp.use_gate_in_kernel:
-        form = GateForm.sigmoid if inp.lower_bound is not None else GateForm.softplus
-    else:
-        form = GateForm.g
-    return Config(
-        cu_seqlens=tuple(int(x) for x in inp.cu_seqlens.tolist()),
-        scale=inp.q.shape[-1] ** -0.5,
-        gate=form,
-        l2n=L2Norm.fused if inp.use_qk_l2norm_in_kernel else L2Norm.off,
-        beta_sigmoid=inp.use_beta_sigmoid_in_kernel,
-        lower_bound=float(inp.lower_bound) if inp.lower_bound is not None else 0.0,
-        store_final_state=False,
-        saved=saved,
-    )
+    return kda_config(inp, saved=saved)
 
 
 def grads_out(inp, seed: int, dht: bool = True):

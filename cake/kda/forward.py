@@ -49,12 +49,12 @@ def records(config: Config, g_dtype: torch.dtype) -> list[str]:
 
 def segment_plan(config: Config, heads: int, device: torch.device) -> seg.Plan:
     """The state passes' segment table for this call (the same in the forward and the backward)."""
-    sms = 132
-    if device.type == "cuda":
-        sms = torch.cuda.get_device_properties(device).multi_processor_count
-    segments = seg.choose_segments(config.cu_seqlens, heads, sms, config.segments)
-    precise = seg.precise_flags(config.cu_seqlens, heads, sms)
-    return seg.plan_for(segments, config.cu_seqlens, device, precise)
+    sms = (
+        torch.cuda.get_device_properties(device).multi_processor_count
+        if device.type == "cuda"
+        else 132
+    )
+    return seg.plan_call(config.cu_seqlens, heads, sms, config.segments, device)
 
 
 def package_for(plan: seg.Plan) -> str:
@@ -124,19 +124,19 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
             int(h0 is not None), int(ht is not None),
         )  # fmt: skip
     else:
-        M, ht = _segmented_state_pass(state["kda_fwd_state"], plan, ops, U, h0, o, ht, states, H)
+        M, ht = _segmented_state_pass(state["kda_fwd_state"], plan, ops, h0, o, ht, states, H)
     saved = dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, states=states) if keep else None
     if saved is not None and M is not None:
         saved["M"] = M
     return o, ht, saved
 
 
-def _segmented_state_pass(fwd_state, plan: seg.Plan, ops, U, h0, o, ht, states, H: int):  # noqa: ANN001, ANN202
+def _segmented_state_pass(fwd_state, plan: seg.Plan, ops, h0, o, ht, states, H: int):  # noqa: ANN001, ANN202
     """Local passes over the split sequences' segments (end states B from zero, transitions M from
     the identity with U = 0), the float64 combine, then the serial program over every row from its
     true start. The local passes write o too; the fix-up overwrites every row of it. Returns
     (M of every local row, the final states)."""
-    W, _, Qg, Kd, Aqk, gl, chunks = ops
+    W, U, Qg, Kd, Aqk, gl, chunks = ops
     f32 = dict(dtype=U.dtype, device=U.device)  # float32 (float64 in the CPU tests' stand-ins)
     R_loc = int(plan.local_rows.shape[0])
     B_loc = torch.empty((R_loc, H, K, V), **f32)

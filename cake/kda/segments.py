@@ -34,6 +34,12 @@ MAX_SEGMENTS = 64
 BLOCKS_PER_ROW_HEAD = 2  # kda_fwd_state / kda_bwd_state: 2 blocks of 64 value columns
 
 
+def _chunk_counts(cu_seqlens: tuple[int, ...]) -> list[int]:
+    return [
+        math.ceil((e - s) / CHUNK) for s, e in zip(cu_seqlens[:-1], cu_seqlens[1:], strict=True)
+    ]
+
+
 def auto_segments(n_chunks: int, heads: int, sms: int) -> int:
     """P for one sequence: enough segments that its passes alone fill the GPU (2 blocks per segment
     and head), at least MIN_SEG_CHUNKS chunks each, at most MAX_SEGMENTS; 1 when that is < 2."""
@@ -56,10 +62,7 @@ def precise_flags(cu_seqlens: tuple[int, ...], heads: int, sms: int) -> tuple[in
     the sequences the automatic rule would split, whatever P the call uses, so that a split run
     and its serial run (segments=1) compute the same chain to ~1e-6. From the sequence's own
     length and the head count only (pack invariant)."""
-    out = []
-    for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:], strict=True):
-        out.append(int(auto_segments(math.ceil((end - start) / CHUNK), heads, sms) > 1))
-    return tuple(out)
+    return tuple(int(auto_segments(nc, heads, sms) > 1) for nc in _chunk_counts(cu_seqlens))
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,6 @@ class Plan:
     def n_rows(self) -> int:
         return int(self.rows.shape[0])
 
-    @property
-    def max_segments(self) -> int:
-        return max(self.segments) if self.segments else 1
-
 
 def choose_segments(
     cu_seqlens: tuple[int, ...], heads: int, sms: int, override: int | None
@@ -101,11 +100,19 @@ def choose_segments(
     """P per sequence: `override` for every sequence when given (capped by its chunk count), else
     auto_segments from the sequence's own length."""
     out = []
-    for start, end in zip(cu_seqlens[:-1], cu_seqlens[1:], strict=True):
-        nc = math.ceil((end - start) / CHUNK)
+    for nc in _chunk_counts(cu_seqlens):
         p = override if override is not None else auto_segments(nc, heads, sms)
         out.append(max(1, min(p, nc)) if nc else 1)
     return tuple(out)
+
+
+@lru_cache(maxsize=64)
+def plan_call(
+    cu_seqlens: tuple[int, ...], heads: int, sms: int, override: int | None, device: torch.device
+) -> Plan:
+    """The plan of one call: P per sequence (choose_segments) and the precise flags, cached."""
+    segments = choose_segments(cu_seqlens, heads, sms, override)
+    return plan_for(segments, cu_seqlens, device, precise_flags(cu_seqlens, heads, sms))
 
 
 @lru_cache(maxsize=64)
@@ -122,8 +129,7 @@ def plan_for(
     row_flag: list[int] = []
     local_flag: list[int] = []
     chunk = 0
-    for n, (start, end) in enumerate(zip(cu_seqlens[:-1], cu_seqlens[1:], strict=True)):
-        nc = math.ceil((end - start) / CHUNK)
+    for n, nc in enumerate(_chunk_counts(cu_seqlens)):
         first_row.append(len(rows))
         for size in segment_sizes(nc, segments[n]):
             rows.append((chunk, size))
@@ -227,8 +233,7 @@ def combine_backward(
         P = plan.segments[n]
         r0 = plan.first_row[n]
         # the end gradient of row p (p < P-1) is the start gradient of row p+1 = starts[s, P-2-p]
-        for p in range(P - 1):
-            Y[r0 + p] = starts[s, P - 2 - p].to(Y.dtype)
+        Y[r0 : r0 + P - 1] = starts[s, : P - 1].flip(0).to(Y.dtype)
     return Y
 
 

@@ -31,7 +31,7 @@ TESTS = Path(__file__).resolve().parents[2] / "tests"
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from kda_inputs import KDAInputs, make_inputs  # noqa: E402
+from kda_inputs import KDAInputs, kda_config, make_inputs  # noqa: E402
 from kda_reference import kda_reference_grads, rel_l2, rel_l2_per_head  # noqa: E402
 
 BOUND = 2.5e-3  # tests/test_kda_forward_gpu.py and tests/test_kda_backward_gpu.py
@@ -61,24 +61,7 @@ PER_HEAD = {"o": 2, "ht": 1, "dq": 2, "dk": 2, "dv": 2, "dg": 2, "dbeta": 2, "dh
 
 
 def config_for(inp: KDAInputs) -> Any:
-    from cake.kda.forward import Config
-    from cake.spec import GateForm, L2Norm
-
-    if inp.use_gate_in_kernel:
-        form = GateForm.sigmoid if inp.lower_bound is not None else GateForm.softplus
-    else:
-        form = GateForm.g
-    assert inp.cu_seqlens is not None
-    return Config(
-        cu_seqlens=tuple(int(x) for x in inp.cu_seqlens.tolist()),
-        scale=inp.q.shape[-1] ** -0.5,
-        gate=form,
-        l2n=L2Norm.fused if inp.use_qk_l2norm_in_kernel else L2Norm.off,
-        beta_sigmoid=inp.use_beta_sigmoid_in_kernel,
-        lower_bound=float(inp.lower_bound) if inp.lower_bound is not None else 0.0,
-        store_final_state=True,
-        saved=False,
-    )
+    return kda_config(inp, store_final_state=True)
 
 
 def case_inputs(
