@@ -19,24 +19,26 @@ _CTYPES = {
 _SMEM_DEFAULT_LIMIT = 48 * 1024
 
 
-def ensure_context(device: int) -> None:
-    """Make the device's primary context (the one PyTorch uses) current on this thread."""
+def ensure_context(device: int, *, force: bool = False) -> None:
+    """Make the device's primary context (the one PyTorch uses) current on this thread: when none
+    is current, or always with `force` (the thread's current context belongs to another device)."""
     import torch
 
     torch.cuda.init()
     driver = init_driver()
     ctx = _call(driver, driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    if int(ctx) == 0:
+    if force or int(ctx) == 0:
         dev = _call(driver, driver.cuDeviceGet(device), "cuDeviceGet")
         ctx = _call(driver, driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
         _call(driver, driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
 class Function:
-    def __init__(self, module: Any, entry: Entry, meta: Kernel) -> None:
+    def __init__(self, module: Any, entry: Entry, meta: Kernel, device: int) -> None:
         driver = init_driver()
         self.entry = entry
         self.meta = meta
+        self.device = device
         try:
             self.handle = _call(
                 driver,
@@ -84,9 +86,10 @@ class Function:
         if min(gx, gy, gz) <= 0:
             return  # nothing to do (e.g. an empty batch); a zero grid is a driver error
         if stream is None:
-            stream = torch.cuda.current_stream().cuda_stream
+            stream = torch.cuda.current_stream(self.device).cuda_stream
         driver = init_driver()
-        err = driver.cuLaunchKernel(
+        packed = self._pack(args)
+        launch = (
             self.handle,
             gx,
             gy,
@@ -96,9 +99,19 @@ class Function:
             1,
             self.meta.smem,
             stream,
-            self._pack(args),
+            packed,
             0,
-        )[0]
+        )
+        err = driver.cuLaunchKernel(*launch)[0]
+        if err in (
+            driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
+            driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
+            driver.CUresult.CUDA_ERROR_INVALID_HANDLE,
+        ):
+            # a thread that never touched the device (autograd's backward thread, whose first CUDA
+            # work may be this launch) or whose current context is another device's
+            ensure_context(self.device, force=True)
+            err = driver.cuLaunchKernel(*launch)[0]
         if err != driver.CUresult.CUDA_SUCCESS:
             raise LaunchError(
                 f"launch of {self.entry.program}:{self.meta.symbol} failed", found=str(err)
@@ -116,7 +129,7 @@ class Module:
             self.handle = _call(driver, driver.cuModuleLoadData(cubin), "cuModuleLoadData")
         except Exception as exc:
             raise LaunchError(f"cannot load {entry.program}", found=str(exc)) from None
-        self.kernels = {k.symbol: Function(self.handle, entry, k) for k in entry.kernels}
+        self.kernels = {k.symbol: Function(self.handle, entry, k, device) for k in entry.kernels}
 
     def __getitem__(self, symbol: str) -> Function:
         return self.kernels[symbol]

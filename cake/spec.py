@@ -118,6 +118,7 @@ class Stage(StrEnum):
     bwd_state = "bwd_state"
     bwd_chunk = "bwd_chunk"
     bwd_reduce = "bwd_reduce"
+    seg_combine = "seg_combine"  # kda_cp only: the segment-boundary walk of long sequences
 
 
 class GateForm(StrEnum):

@@ -98,3 +98,40 @@ def test_gate_cumsum_is_bitwise_reproducible():
         assert torch.equal(
             first, gate_cumsum(x, layout, GateForm.softplus, A_log=A_log, dt_bias=dt_bias)
         )
+
+
+def test_a_launch_from_a_thread_with_no_current_context():
+    """autograd runs the backward on its own thread, where cake's launch may be the first CUDA work
+    (the 64K replay backward failed so with CUDA_ERROR_INVALID_CONTEXT): a launch from a thread
+    whose current context was unbound must still run and give the main thread's result."""
+    import threading
+
+    from cake.machine import init_driver
+
+    cu = (0, 1000, 1065)
+    x = torch.randn(1065, 2, 128, device="cuda")
+    layout = layout_for(cu, torch.device("cuda", 0))
+    expected = gate_cumsum(x, layout, GateForm.g)  # loads the program on this thread
+    out = torch.empty_like(expected)
+    module_args = (x, None, None, out, layout.chunks, 2, 0.0)
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            from cake.kda.stages import PACKAGE, gate_record
+            from cake.loader import default_loader
+
+            module = default_loader().module(PACKAGE, gate_record(GateForm.g, x.dtype), 0)
+            driver = init_driver()
+            driver.cuCtxSetCurrent(driver.CUcontext(0))
+            assert int(driver.cuCtxGetCurrent()[1]) == 0
+            module["kda_gate"]((layout.n_chunks, 2), *module_args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the main thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert not failures, failures
+    torch.cuda.synchronize()
+    assert torch.equal(out, expected)

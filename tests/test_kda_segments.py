@@ -1,7 +1,8 @@
-"""CPU: segment planning, the float64 combine, and the segment-parallel state passes' orchestration
-(cake/kda/forward.py `_segmented_state_pass`, cake/kda/backward.py `_segmented_reverse_pass`)
-driven by float64 stand-ins for kda_fwd_state / kda_bwd_state that follow the programs' argument
-contracts. Split runs must equal the serial run to float64 rounding."""
+"""CPU: segment planning and the segment-parallel state passes' orchestration (cake/kda/forward.py
+`_segmented_state_pass`, cake/kda/backward.py `_segmented_reverse_pass`) driven by float64
+stand-ins for kda_fwd_state / kda_bwd_state / kda_seg_combine that follow the programs' argument
+contracts. Split runs must equal the serial run to float64 rounding. The programs themselves run
+under the CPU emulator in tests/test_kda_segments_emu.py."""
 
 from __future__ import annotations
 
@@ -73,21 +74,10 @@ def test_plan_rows_follow_the_chunk_table():
     assert plan.split == (0, 3)
     assert plan.local_rows.tolist() == rows[0:4] + rows[plan.first_row[3] :]
     assert plan.local_of[0] == 0 and plan.local_of[3] == 4
-
-
-# ------------------------------------------------------------------------------- combine
-
-
-def test_affine_prefix_matches_sequential_composition():
-    gen = torch.Generator().manual_seed(0)
-    M = torch.randn(3, 11, 2, 5, 5, generator=gen, dtype=F64) * 0.5
-    B = torch.randn(3, 11, 2, 5, 4, generator=gen, dtype=F64)
-    P, Q = seg.affine_prefix(M, B)
-    x0 = torch.randn(3, 2, 5, 4, generator=gen, dtype=F64)
-    x = x0.clone()
-    for p in range(11):
-        x = M[:, p] @ x + B[:, p]
-        assert torch.allclose(P[:, p] @ x0 + Q[:, p], x, rtol=1e-12, atol=1e-12)
+    # kda_seg_combine's table: first row, rows, first local row; the gathers' row indices
+    assert plan.table.tolist() == [[0, 4, 0], [4, 1, 4], [5, 1, 4], [6, 8, 4]]
+    assert plan.first_rows.tolist() == [0, 4, 5, 6]
+    assert plan.last_rows.tolist() == [3, 4, 5, 13]
 
 
 # ----------------------------------------------------------------- state-pass stand-ins
@@ -101,13 +91,18 @@ def fake_fwd_state(
     assert grid == (2, H, rows.shape[0])
     assert precise is None or precise.shape == (rows.shape[0],)
     for r, (c0, n) in enumerate(rows.tolist()):
-        S = h0[r].clone() if has_h0 else torch.zeros(H, K, V, dtype=F64)
+        S = torch.zeros(H, K, V, dtype=F64)
+        if has_h0 == 1:
+            S = h0[r].clone()
+        elif has_h0 == 2:
+            S = torch.eye(K, dtype=F64).expand(H, K, V).clone()
         for c in range(c0, c0 + n):
             t0, L = chunks[c].tolist()
             if states is not None:
                 states[c] = S
-            Vn = U[c] - W[c] @ S
-            o[0, t0 : t0 + L] = (Qg[c] @ S + Aqk[c] @ Vn)[:, :L].transpose(0, 1)
+            Vn = (0 if U is None else U[c]) - W[c] @ S
+            if o is not None:
+                o[0, t0 : t0 + L] = (Qg[c] @ S + Aqk[c] @ Vn)[:, :L].transpose(0, 1)
             S = gl[c].unsqueeze(-1) * S + Kd[c] @ Vn
         if store:
             ht[r] = S
@@ -135,6 +130,19 @@ def fake_bwd_state(
             )
         if store:
             dh0[r] = dS
+
+
+def fake_combine(grid, M, B, table, x0, X, H, reverse):  # noqa: ANN001
+    """kda_seg_combine's contract in float64: per sequence (f, P, l), X[f] = x0 (or 0) and
+    X[f+p+1] = M[l+p] X[f+p] + B[l+p]; reverse: X[f+P-1] = x0, X[f+p-1] = M[l+p]^T X[f+p] + B[l+p]."""
+    assert grid == (V // fwd.COMBINE_COLUMNS, H, table.shape[0])
+    for n, (f, P, first_local) in enumerate(table.tolist()):
+        x = torch.zeros(H, K, V, dtype=F64) if x0 is None else x0[n].clone()
+        X[f + P - 1 if reverse else f] = x
+        for p in range(P - 1, 0, -1) if reverse else range(P - 1):
+            m = M[first_local + p].transpose(-1, -2) if reverse else M[first_local + p]
+            x = m @ x + B[first_local + p]
+            X[f + p - 1 if reverse else f + p + 1] = x
 
 
 def chunk_operands(cu, H, seed):
@@ -184,14 +192,16 @@ def test_segmented_passes_equal_the_serial_passes(with_states):
     o2 = torch.full_like(o1, float("nan"))
     ht2 = torch.full_like(ht1, float("nan"))
     st2 = torch.full_like(st1, float("nan"))
-    M, _ = fwd._segmented_state_pass(fake_fwd_state, plan, ops, h0, o2, ht2, st2, H)
+    M = fwd._segmented_state_pass(fake_fwd_state, fake_combine, plan, ops, h0, o2, ht2, st2, H)
     torch.testing.assert_close(o2, o1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(ht2, ht1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(st2, st1, rtol=1e-10, atol=1e-10)
 
     dS2, dVn2 = torch.full_like(dS1, float("nan")), torch.full_like(dVn1, float("nan"))
     dh02 = torch.full_like(dh01, float("nan"))
-    bwd._segmented_reverse_pass(fake_bwd_state, plan, bops, M, dht, dS2, dVn2, dh02, H)
+    bwd._segmented_reverse_pass(
+        fake_bwd_state, fake_combine, plan, bops, M, dht, dS2, dVn2, dh02, H
+    )
     torch.testing.assert_close(dS2, dS1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(dVn2, dVn1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(dh02, dh01, rtol=1e-10, atol=1e-10)
@@ -204,7 +214,7 @@ def test_transitions_of_the_local_pass_are_the_chunk_products():
     W, U, Qg, Kd, Aqk, gl, chunks = ops
     plan = seg.plan_for((4,), cu, CPU)
     o = torch.zeros(1, cu[-1], H, V, dtype=F64)
-    M, _ = fwd._segmented_state_pass(fake_fwd_state, plan, ops, None, o, None, None, H)
+    M = fwd._segmented_state_pass(fake_fwd_state, fake_combine, plan, ops, None, o, None, None, H)
     for p, (c0, n) in enumerate(plan.local_rows.tolist()):
         A = torch.eye(K, dtype=F64).expand(H, K, K)
         for c in range(c0, c0 + n):

@@ -26,6 +26,9 @@ def main() -> None:
     p.add_argument("--rows", default="1doc,4doc,R2,m2")
     p.add_argument("--variant", default="g:off:saved")
     p.add_argument("--calls", type=int, default=5)
+    p.add_argument(
+        "--segments", type=int, default=None, help="chunk_kda's segments= (default auto)"
+    )
     args = p.parse_args()
     (v,) = parse_variants(args.variant)
     for name in args.rows.split(","):
@@ -34,7 +37,9 @@ def main() -> None:
         leaves = [getattr(x, n) for n in x.grad_names()]
 
         def step(x=x, leaves=leaves, do=do) -> None:  # noqa: ANN001
-            o = chunk_kda(**x.as_kwargs(), disable_recompute=v.path == "saved")[0]
+            o = chunk_kda(
+                **x.as_kwargs(), disable_recompute=v.path == "saved", segments=args.segments
+            )[0]
             torch.autograd.grad(o, leaves, do)
 
         step()
@@ -43,6 +48,13 @@ def main() -> None:
         step()
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() / 2**20
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(args.calls):
+            step()
+        end.record()
+        torch.cuda.synchronize()
+        wall = start.elapsed_time(end) * 1000 / args.calls
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(args.calls):
                 step()
@@ -53,11 +65,11 @@ def main() -> None:
             if e.device_type == torch.autograd.DeviceType.CUDA:
                 total[e.name] += e.device_time_total / args.calls
                 count[e.name] += 1
-        print(f"{name} {v.key}: per fwd+bwd, us")
-        for k, t in sorted(total.items(), key=lambda kv: -kv[1])[:14]:
+        print(f"{name} {v.key} segments={args.segments or 'auto'}: per fwd+bwd, us")
+        for k, t in sorted(total.items(), key=lambda kv: -kv[1])[:18]:
             print(f"  {t:9.1f}  x{count[k] // args.calls:<3d} {k[:80]}")
         print(
-            f"  {sum(total.values()):9.1f}  total kernel time; peak memory of one fwd+bwd {peak:.0f} MiB"
+            f"  {sum(total.values()):9.1f}  total kernel time, {wall:.1f} wall; peak memory of one fwd+bwd {peak:.0f} MiB"
         )
 
 

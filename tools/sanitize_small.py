@@ -1,5 +1,6 @@
 """A small set for compute-sanitizer: every variant once, ragged lengths, forward and backward on
-both paths (saved and replay), then sync."""
+both paths (saved and replay), then sync; the g form and the fused raw form again with a 1100-token
+sequence split into 3 segments (kda_cp: local passes, kda_seg_combine, fix-up)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ from kda_inputs import make_inputs  # noqa: E402
 
 from cake.kda import chunk_kda  # noqa: E402
 
-for gate, l2n, lb in (
-    ("g", False, None),
-    ("g", True, None),
-    ("raw", False, None),
-    ("raw", True, -5.0),
+for gate, l2n, lb, segments in (
+    ("g", False, None, None),
+    ("g", True, None, None),
+    ("raw", False, None, None),
+    ("raw", True, -5.0, None),
+    ("g", False, None, 3),
+    ("raw", True, -5.0, 3),
 ):
     inp = make_inputs(
-        lengths=[1, 63, 65, 130, 0],
+        lengths=[1, 63, 65, 130, 0] if segments is None else [1, 1100, 65, 0],
         heads=2,
         gate=gate,
         lower_bound=lb,
@@ -30,7 +33,9 @@ for gate, l2n, lb in (
     )
     for saved in (True, False):
         leaf = inp.with_grad()
-        o, ht = chunk_kda(**leaf.as_kwargs(), output_final_state=True, disable_recompute=saved)
+        o, ht = chunk_kda(
+            **leaf.as_kwargs(), output_final_state=True, disable_recompute=saved, segments=segments
+        )
         torch.autograd.backward((o, ht), (torch.randn_like(o), torch.randn_like(ht)))
         torch.cuda.synchronize()
         assert torch.isfinite(o).all() and torch.isfinite(ht).all()

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:6c33d294ca300504422621f3792bb1911f9b3a34c3e8a1ff5b4f96b3a3e6c2d9
+// identity: sha256:aed8801ff211473fcf011a7d8091cdc3fc03247038a3008f767d91f693cc73fc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -151,9 +151,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         for (int ni = 0; ni < 4; ++ni) {
             const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
             float2 lo = make_float2(0.f, 0.f), hi = make_float2(0.f, 0.f);
-            if (has_h0) {
+            if (has_h0 == 1) {
                 lo = *reinterpret_cast<const float2*>(h0 + state_base + (long long)r * 128 + col);
                 hi = *reinterpret_cast<const float2*>(h0 + state_base + (long long)(r + 8) * 128 + col);
+            } else if (has_h0 == 2) {  // S = I: value column vb*64 + col of row r
+                const int c = vb * 64 + col;
+                lo = make_float2(r == c ? 1.f : 0.f, r == c + 1 ? 1.f : 0.f);
+                hi = make_float2(r + 8 == c ? 1.f : 0.f, r + 8 == c + 1 ? 1.f : 0.f);
             }
             S[mi][ni][0] = lo.x; S[mi][ni][1] = lo.y; S[mi][ni][2] = hi.x; S[mi][ni][3] = hi.y;
         }
@@ -171,22 +175,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         const float* w = W + base + src_a;
         const float* qg = Qg + base + src_a;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            cake_cp_async16(Ws + dst_a + 1024 * i, w + 1024 * i, 16);
-            cake_cp_async16(Qs + dst_a + 1024 * i, qg + 1024 * i, 16);
-        }
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + dst_a + 1024 * i, w + 1024 * i, 16);
+        if (o != nullptr)  // Qg and Aqk feed O only
+#pragma unroll
+            for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + dst_a + 1024 * i, qg + 1024 * i, 16);
     };
     auto issue_b = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
         const float* kd = Kd + wsi * 8192 + src_b;
         const float* aq = Aqk + wsi * 4096 + src_b;
-        const float* u = U + wsi * 8192 + src_u;
 #pragma unroll
         for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + dst_b + 1024 * i, kd + 1024 * i, 16);
+        if (o != nullptr)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            cake_cp_async16(As + dst_b + 1024 * i, aq + 1024 * i, 16);
-            cake_cp_async16(Us + dst_b + 1024 * i, u + 2048 * i, 16);
+            for (int i = 0; i < 4; ++i) cake_cp_async16(As + dst_b + 1024 * i, aq + 1024 * i, 16);
+        if (U != nullptr) {  // else Us holds the zeros written before the loop
+            const float* u = U + wsi * 8192 + src_u;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) cake_cp_async16(Us + dst_b + 1024 * i, u + 2048 * i, 16);
         }
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + wsi * 128 + 4 * tid, 16);
     };
@@ -216,6 +222,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto prefetch_chunk = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
         for (int j = 2 * tid + vb; j < 1156; j += 512) {
+            if (U == nullptr && j >= 256 && j < 512) continue;
+            if (o == nullptr && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
             const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
                            : j < 1152 ? Aqk + wsi * 4096 + (j - 1024) * 32
                                       : gl + wsi * 128 + (j - 1152) * 32;
@@ -223,6 +231,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
     };
 
+    if (U == nullptr)
+        for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier
     if (nc > 1) prefetch_chunk(c0 + 1);
     if (nc > 0) {
         issue_a(c0);
@@ -233,7 +243,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     store_st();
 
     // Phase-1 roles: warp rows rb..rb+31 of W (warps 0-3) or Qg (warps 4-7), columns vc0..vc0+31.
-    const bool is_o = warp >= 4;
+    // Without o the Qg warps skip Phases 1 and 3a (and Qg, Aqk are not loaded).
+    const bool is_o = warp >= 4, want_o = o != nullptr;
     const int rb = 32 * ((warp >> 1) & 1);
     const float* Asrc = is_o ? Qs : Ws;
 
@@ -258,6 +269,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.f;
 #pragma unroll
         for (int kp = 0; kp < 8; ++kp) {
+            if (is_o && !want_o) break;  // warp-uniform
             float4 b4[4];
             if (split && !is_o) {  // W S feeds the chain: S's lo part too (O takes hi only)
 #pragma unroll
@@ -304,7 +316,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         __syncthreads();
 
         // Phase 3a: O = Qg S + Aqk Vnew (lower triangular: rows rb.. need tokens < rb + 32).
-        if (is_o) {
+        if (is_o && want_o) {
 #pragma unroll
             for (int kp = 0; kp < 4; ++kp) {
                 if (16 * kp < rb + 32) {

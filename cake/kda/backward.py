@@ -8,9 +8,6 @@
 The saved path passes `saved` = the forward's G (fwd_chunk's G_out), Aqk, W, Qg, Kd, gl and
 states_out (fwd_state): bwd_state reads Qg, W, Kd, Aqk, gl; bwd_chunk reads G and states_out. Both paths run the same
 programs on the same values, so their gradients are bitwise equal.
-
-Needs in cake/spec.py: Stage.bwd_state, Stage.bwd_chunk, Stage.bwd_reduce (see docs/kernel-notes.md,
-2026-12-01); until they exist, calling backward() raises AttributeError.
 """
 
 from __future__ import annotations
@@ -20,7 +17,18 @@ import torch
 from ..loader import default_loader
 from ..spec import DType, GateForm, Stage, Variant
 from . import segments as seg
-from .forward import BV, Config, K, V, chunk_record, forward, package_for, segment_plan
+from .forward import (
+    BV,
+    COMBINE,
+    COMBINE_COLUMNS,
+    Config,
+    K,
+    V,
+    chunk_record,
+    forward,
+    package_for,
+    segment_plan,
+)
 from .layout import CHUNK, layout_for
 from .stages import raw_gate_params
 
@@ -32,12 +40,15 @@ def bwd_chunk_record(config: Config, x_dtype: torch.dtype) -> str:
     return Variant(stage=Stage.bwd_chunk, gate=config.gate, x=x, l2n=config.l2n).key
 
 
-def records(config: Config, g_dtype: torch.dtype, *, replay: bool = True) -> list[str]:
-    """The kda_det records one backward call launches, in launch order."""
+def records(
+    config: Config, g_dtype: torch.dtype, *, replay: bool = True, split: bool = False
+) -> list[str]:
+    """The records one backward call launches, in launch order; with `split`, kda_cp's combine."""
     out = []
     if replay:
         out += [chunk_record(config, g_dtype), Variant(stage=Stage.fwd_state).key]
-    out += [Variant(stage=Stage.bwd_state).key, bwd_chunk_record(config, g_dtype)]
+    out += [Variant(stage=Stage.bwd_state).key, *([COMBINE] if split else [])]
+    out += [bwd_chunk_record(config, g_dtype)]
     if config.gate is not GateForm.g:
         out.append(Variant(stage=Stage.bwd_reduce).key)
     return out
@@ -76,7 +87,10 @@ def backward(  # noqa: ANN201
     plan = segment_plan(config, H, device)
     pkg = package_for(plan)
     loader = default_loader()
-    loader.ensure([(pkg, r) for r in records(config, g.dtype, replay=saved is None)], dev)
+    loader.ensure(
+        [(pkg, r) for r in records(config, g.dtype, replay=saved is None, split=plan.any_split)],
+        dev,
+    )
     if saved is None:
         saved = replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config)
     f32 = dict(dtype=torch.float32, device=device)
@@ -97,7 +111,8 @@ def backward(  # noqa: ANN201
             int(dht_ is not None), int(dh0 is not None),
         )  # fmt: skip
     else:
-        _segmented_reverse_pass(bstate, plan, ops, saved["M"], dht_, dS_end, dVn, dh0, H)
+        combine = loader.module(pkg, COMBINE, dev)["kda_seg_combine"]
+        _segmented_reverse_pass(bstate, combine, plan, ops, saved["M"], dht_, dS_end, dVn, dh0, H)
 
     # K2: chunk-parallel gradients.
     raw = config.gate is not GateForm.g
@@ -139,20 +154,22 @@ def backward(  # noqa: ANN201
 
 
 def _segmented_reverse_pass(
-    bstate, plan: seg.Plan, ops, M_loc, dht, dS_end, dVn, dh0, H: int
+    bstate, combine, plan: seg.Plan, ops, M_loc, dht, dS_end, dVn, dh0, H: int
 ) -> None:  # noqa: ANN001
     """Local reverse passes over the split sequences' segments from a zero end gradient (their start
-    gradients dB; dS_end and dVn written there are overwritten below), the float64 combine with the
-    forward's transitions, then the serial program over every row from its true end gradient."""
+    gradients dB; dS_end and dVn written there are overwritten below), the combine with the
+    forward's transitions (transposed, last segment first), then the serial program over every row
+    from its true end gradient."""
     f32 = dict(dtype=dS_end.dtype, device=dS_end.device)
-    R_loc = int(plan.local_rows.shape[0])
-    dB_loc = torch.empty((R_loc, H, K, V), **f32)
-    bstate((V // BV, H, R_loc), *ops, plan.local_rows, None, dS_end, dVn, dB_loc, H, 0, 1)
-    Y = seg.combine_backward(plan, dB_loc, M_loc, dht, H)
+    dB_loc = torch.empty((plan.n_local, H, K, V), **f32)
+    bstate((V // BV, H, plan.n_local), *ops, plan.local_rows, None, dS_end, dVn, dB_loc, H, 0, 1)
+    Y = torch.empty((plan.n_rows, H, K, V), **f32)
+    N = int(plan.table.shape[0])
+    combine((V // COMBINE_COLUMNS, H, N), M_loc, dB_loc, plan.table, dht, Y, H, 1)
     dh0_rows = torch.empty((plan.n_rows, H, K, V), **f32) if dh0 is not None else None
     bstate(
         (V // BV, H, plan.n_rows), *ops, plan.rows, Y, dS_end, dVn, dh0_rows, H, 1,
         int(dh0_rows is not None),
     )  # fmt: skip
     if dh0 is not None and dh0_rows is not None:
-        dh0.copy_(dh0_rows[list(plan.first_row)])
+        torch.index_select(dh0_rows, 0, plan.first_rows, out=dh0)

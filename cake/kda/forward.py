@@ -39,11 +39,17 @@ def chunk_record(config: Config, g_dtype: torch.dtype) -> str:
     return Variant(stage=Stage.fwd_chunk, gate=config.gate, x=x, l2n=config.l2n).key
 
 
-def records(config: Config, g_dtype: torch.dtype) -> list[str]:
-    """The records one forward call launches, in launch order (in `package_for`'s package)."""
+COMBINE = Variant(stage=Stage.seg_combine).key  # kda_cp only
+COMBINE_COLUMNS = 4  # value columns per kda_seg_combine block
+
+
+def records(config: Config, g_dtype: torch.dtype, *, split: bool = False) -> list[str]:
+    """The records one forward call launches, in launch order (in `package_for`'s package);
+    with `split`, kda_cp's combine too."""
     return [
         chunk_record(config, g_dtype),
         Variant(stage=Stage.fwd_state).key,
+        *([COMBINE] if split else []),
     ]
 
 
@@ -75,7 +81,7 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
     pkg = package_for(plan)
     loader = default_loader()
     # Select and fetch every program first, so that an offline miss names all of them at once.
-    loader.ensure([(pkg, r) for r in records(config, g.dtype)], dev)
+    loader.ensure([(pkg, r) for r in records(config, g.dtype, split=plan.any_split)], dev)
     chunk = loader.module(pkg, chunk_record(config, g.dtype), dev)
     state = loader.module(pkg, Variant(stage=Stage.fwd_state).key, dev)
 
@@ -124,36 +130,35 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
             int(h0 is not None), int(ht is not None),
         )  # fmt: skip
     else:
-        M, ht = _segmented_state_pass(state["kda_fwd_state"], plan, ops, h0, o, ht, states, H)
+        combine = loader.module(pkg, COMBINE, dev)["kda_seg_combine"]
+        M = _segmented_state_pass(state["kda_fwd_state"], combine, plan, ops, h0, o, ht, states, H)
     saved = dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, states=states) if keep else None
     if saved is not None and M is not None:
         saved["M"] = M
     return o, ht, saved
 
 
-def _segmented_state_pass(fwd_state, plan: seg.Plan, ops, h0, o, ht, states, H: int):  # noqa: ANN001, ANN202
-    """Local passes over the split sequences' segments (end states B from zero, transitions M from
-    the identity with U = 0), the float64 combine, then the serial program over every row from its
-    true start. The local passes write o too; the fix-up overwrites every row of it. Returns
-    (M of every local row, the final states)."""
+def _segmented_state_pass(fwd_state, combine, plan: seg.Plan, ops, h0, o, ht, states, H: int):  # noqa: ANN001, ANN202
+    """Local passes over the split sequences' segments without o (end states B from zero,
+    transitions M from the identity with U = 0), the combine of the segment boundaries, then the
+    serial program over every row from its true start. Returns M of every local row (the backward
+    combines with it)."""
     W, U, Qg, Kd, Aqk, gl, chunks = ops
     f32 = dict(dtype=U.dtype, device=U.device)  # float32 (float64 in the CPU tests' stand-ins)
-    R_loc = int(plan.local_rows.shape[0])
-    B_loc = torch.empty((R_loc, H, K, V), **f32)
     local = (plan.local_rows, plan.local_precise)
-    fwd_state((V // BV, H, R_loc), *ops, *local, None, o, B_loc, None, H, 0, 1)
-    M_loc = torch.empty((R_loc, H, K, K), **f32)
-    eye = torch.eye(K, **f32).expand(R_loc, H, K, K).contiguous()
-    fwd_state(
-        (V // BV, H, R_loc), W, torch.zeros_like(U), Qg, Kd, Aqk, gl, chunks, *local, eye, o,
-        M_loc, None, H, 1, 1,
-    )  # fmt: skip
-    X = seg.combine_forward(plan, B_loc, M_loc, h0, H)
+    grid = (V // BV, H, plan.n_local)
+    B_loc = torch.empty((plan.n_local, H, K, V), **f32)
+    fwd_state(grid, *ops, *local, None, None, B_loc, None, H, 0, 1)
+    M_loc = torch.empty((plan.n_local, H, K, K), **f32)
+    fwd_state(grid, W, None, Qg, Kd, Aqk, gl, chunks, *local, None, None, M_loc, None, H, 2, 1)
+    X = torch.empty((plan.n_rows, H, K, V), **f32)
+    N = int(plan.table.shape[0])
+    combine((V // COMBINE_COLUMNS, H, N), M_loc, B_loc, plan.table, h0, X, H, 0)
     ht_rows = torch.empty((plan.n_rows, H, K, V), **f32) if ht is not None else None
     fwd_state(
         (V // BV, H, plan.n_rows), *ops, plan.rows, plan.row_precise, X, o, ht_rows, states, H,
         1, int(ht_rows is not None),
     )  # fmt: skip
     if ht is not None and ht_rows is not None:
-        ht.copy_(ht_rows[list(plan.last_row)])
-    return M_loc, ht
+        torch.index_select(ht_rows, 0, plan.last_rows, out=ht)
+    return M_loc

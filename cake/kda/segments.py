@@ -4,10 +4,11 @@ A long sequence's chunks are split into P segments of consecutive chunks. The fo
 then runs in three steps, all with the serial programs (kda_fwd_state / kda_bwd_state) and a
 *segment table* in place of the sequence table:
 
-  local    every segment from a zero state: its end state B_p (the pass as it is), and its K x K
+  local    every segment from a zero state: its end state B_p (the pass without o), and its K x K
            transition M_p = A_last ... A_first (the same pass on U = 0 from S = I, because the state
            update is affine in S: S' = A_c S + Kd_c^T U_c with A_c = Diag(gl_c) - Kd_c^T W_c);
-  combine  X_0 = h0 (or 0), X_{p+1} = M_p X_p + B_p, as a prefix scan of affine maps in float64;
+  combine  X_0 = h0 (or 0), X_{p+1} = M_p X_p + B_p: kda_seg_combine, one launch, fp32 in a fixed
+           order, P - 1 steps of a 128 x 128 by 128 x 4 product per block;
   fix-up   every segment again from its true start X_p: o, the chunk-start states, the final state.
 
 The backward mirrors it: local reverse passes from dS = 0 at each segment's end give dB_p; the
@@ -15,8 +16,8 @@ combine Y_P = dht, Y_p = M_p^T Y_{p+1} + dB_p uses the forward's M_p; the fix-up
 segment from Y_{p+1}. P = 1 is the serial path: no local pass, no combine, the same launches.
 
 P is chosen per sequence from its own length and the head count (never from its neighbours), so a
-sequence's bits are the same alone and packed, for a given GPU. Only the combine's float64 scan
-differs in association order from a serial composition; its rounding is ~1e-16.
+sequence's bits are the same alone and packed, for a given GPU. Everything the launches need is
+built once per (cu_seqlens, heads, P) and cached, so a call adds no host work per sequence.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ class Plan:
     `last_row[n]` index rows; `split` lists the sequences with P >= 2; `local_rows` int32 [Rs, 2]
     are the rows of the split sequences (in order), `local_of[n]` the first of them for sequence n.
     `seq_precise` / `row_precise` / `local_precise`: int32 precise flags per sequence / row /
-    local row (None when no sequence is precise)."""
+    local row (None when no sequence is precise). `table` int32 [N, 3] (first row, rows, first
+    local row) is kda_seg_combine's; `first_rows` / `last_rows` int64 [N] index the rows."""
 
     segments: tuple[int, ...]
     rows: torch.Tensor
@@ -84,6 +86,9 @@ class Plan:
     seq_precise: torch.Tensor | None
     row_precise: torch.Tensor | None
     local_precise: torch.Tensor | None
+    table: torch.Tensor
+    first_rows: torch.Tensor
+    last_rows: torch.Tensor
 
     @property
     def any_split(self) -> bool:
@@ -92,6 +97,10 @@ class Plan:
     @property
     def n_rows(self) -> int:
         return int(self.rows.shape[0])
+
+    @property
+    def n_local(self) -> int:
+        return int(self.local_rows.shape[0])
 
 
 def choose_segments(
@@ -142,6 +151,8 @@ def plan_for(
             local += rows[first_row[n] :]
             local_flag += row_flag[first_row[n] :]
     any_precise = any(precise)
+    counts = [b - a + 1 for a, b in zip(first_row, last_row, strict=True)]
+    table = list(zip(first_row, counts, local_of, strict=True))
     return Plan(
         segments=segments,
         rows=_pairs(rows, device),
@@ -153,6 +164,9 @@ def plan_for(
         seq_precise=_flags(precise, device) if any_precise else None,
         row_precise=_flags(tuple(row_flag), device) if any_precise else None,
         local_precise=_flags(tuple(local_flag), device) if any_precise else None,
+        table=torch.tensor(table, dtype=torch.int32).reshape(len(table), 3).to(device),
+        first_rows=torch.tensor(first_row, dtype=torch.int64).to(device),
+        last_rows=torch.tensor(last_row, dtype=torch.int64).to(device),
     )
 
 
@@ -162,98 +176,3 @@ def _flags(flags: tuple[int, ...], device: torch.device) -> torch.Tensor:
 
 def _pairs(rows: list[tuple[int, int]], device: torch.device) -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.int32).reshape(len(rows), 2).to(device)
-
-
-# ------------------------------------------------------------------------------------- combine
-
-
-def affine_prefix(M: torch.Tensor, B: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inclusive prefix composition of the affine maps x -> M[p] x + B[p] along dim 1 (float64):
-    returns (P, Q) with P[:, p] = M[:, p] ... M[:, 0] and Q[:, p] the image of 0 under maps 0..p,
-    so maps 0..p send x to P[:, p] x + Q[:, p]. Hillis-Steele: ceil(log2 n) rounds, a fixed order of
-    operations for a given shape (deterministic)."""
-    P, Q = M.clone(), B.clone()
-    n = M.shape[1]
-    d = 1
-    while d < n:
-        P_next, Q_next = P.clone(), Q.clone()
-        P_next[:, d:] = P[:, d:] @ P[:, :-d]
-        Q_next[:, d:] = P[:, d:] @ Q[:, :-d] + Q[:, d:]
-        P, Q = P_next, Q_next
-        d *= 2
-    return P, Q
-
-
-def combine_forward(
-    plan: Plan, B_loc: torch.Tensor, M_loc: torch.Tensor, h0: torch.Tensor | None, heads: int
-) -> torch.Tensor:
-    """Start state of every row ([R, H, K, V], B_loc's dtype): h0 (or 0) for a sequence's first row,
-    X_{p+1} = M_p X_p + B_p along the segments of split sequences (B_loc, M_loc: the local pass's
-    end states over plan.local_rows)."""
-    R, K = plan.n_rows, B_loc.shape[-2]
-    V = B_loc.shape[-1]
-    device = B_loc.device
-    X = torch.zeros((R, heads, K, V), dtype=B_loc.dtype, device=device)
-    if h0 is not None:
-        X[list(plan.first_row)] = h0
-    if not plan.split:
-        return X
-    Mp, Bp = _stack_split(plan, M_loc, B_loc)  # [S, Pmax, H, K, K|V], float64
-    pre_M, pre_B = affine_prefix(Mp, Bp)
-    X0 = X[[plan.first_row[n] for n in plan.split]].double()  # [S, H, K, V]
-    # X_{p+1} = pre_M[p] X_0 + pre_B[p], for p = 0 .. P_n - 2
-    ends = pre_M @ X0.unsqueeze(1) + pre_B
-    for s, n in enumerate(plan.split):
-        P = plan.segments[n]
-        r0 = plan.first_row[n]
-        X[r0 + 1 : r0 + P] = ends[s, : P - 1].to(X.dtype)
-    return X
-
-
-def combine_backward(
-    plan: Plan, dB_loc: torch.Tensor, M_loc: torch.Tensor, dht: torch.Tensor | None, heads: int
-) -> torch.Tensor:
-    """State gradient at the END of every row ([R, H, K, V], dB_loc's dtype): dht (or 0) for a sequence's
-    last row, Y_p = M_p^T Y_{p+1} + dB_p walking back along the segments of split sequences
-    (dB_loc: the local reverse pass's start gradients over plan.local_rows)."""
-    R, K = plan.n_rows, dB_loc.shape[-2]
-    V = dB_loc.shape[-1]
-    device = dB_loc.device
-    Y = torch.zeros((R, heads, K, V), dtype=dB_loc.dtype, device=device)
-    if dht is not None:
-        Y[list(plan.last_row)] = dht
-    if not plan.split:
-        return Y
-    # reversed order: map j = P-1-p sends Y_{p+1} to Y_p with M_p^T and dB_p, p = P-1 .. 1
-    Mt, dBp = _stack_split(plan, M_loc.transpose(-1, -2), dB_loc, reverse=True)
-    pre_M, pre_B = affine_prefix(Mt, dBp)
-    YP = Y[[plan.last_row[n] for n in plan.split]].double()
-    starts = pre_M @ YP.unsqueeze(1) + pre_B  # starts[s, j] = Y_{P-1-j} (start of segment P-1-j)
-    for s, n in enumerate(plan.split):
-        P = plan.segments[n]
-        r0 = plan.first_row[n]
-        # the end gradient of row p (p < P-1) is the start gradient of row p+1 = starts[s, P-2-p]
-        Y[r0 : r0 + P - 1] = starts[s, : P - 1].flip(0).to(Y.dtype)
-    return Y
-
-
-def _stack_split(
-    plan: Plan, M_loc: torch.Tensor, B_loc: torch.Tensor, *, reverse: bool = False
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """[S, Pmax, H, K, K] transitions and [S, Pmax, H, K, V] offsets of the split sequences in
-    float64; sequences with fewer segments are padded at the end with identity maps (which leave
-    the earlier prefixes unchanged). reverse: segments P-1 .. 1 of each sequence, in that order."""
-    S = len(plan.split)
-    n_maps = max(plan.segments[n] for n in plan.split) - (1 if reverse else 0)
-    H, K = M_loc.shape[1], M_loc.shape[-1]
-    V = B_loc.shape[-1]
-    eye = torch.eye(K, dtype=torch.float64, device=M_loc.device)
-    Ms = eye.expand(S, n_maps, H, K, K).clone()
-    Bs = torch.zeros((S, n_maps, H, K, V), dtype=torch.float64, device=B_loc.device)
-    for s, n in enumerate(plan.split):
-        P, l0 = plan.segments[n], plan.local_of[n]
-        # reverse: segments P-1 .. 1; forward: 0 .. P-1
-        idx = list(range(l0 + P - 1, l0, -1)) if reverse else list(range(l0, l0 + P))
-        Ms[s, : len(idx)] = M_loc[idx].double()
-        Bs[s, : len(idx)] = B_loc[idx].double()
-    return Ms, Bs

@@ -1,0 +1,111 @@
+// GENERATED FILE, DO NOT EDIT.
+// generator: cake render from generators/templates/kda/seg_combine.cu.j2
+// record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_100a
+// identity: sha256:fd94a92851e94e89e51ee29eb13c54ca1145a34ec5bde7bf6cec2cbdc67682fa
+// ---- begin cake/cp_async.cuh ----
+
+__device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned int)a;
+}
+
+// 16-byte global->shared copy that bypasses L1 (every byte is read once per block). src_bytes < 16
+// zero-fills the rest, which is how rows past a short chunk become exact zeros.
+__device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cake_cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cake_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+// ---- end cake/cp_async.cuh ----
+
+namespace {
+constexpr int LD = 132;  // padded row: float4 reads of row r hit banks 4r..4r+3, conflict-free per 8 lanes
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(128) kda_seg_combine(
+    const float* __restrict__ M, const float* __restrict__ B, const int* __restrict__ table,
+    const float* __restrict__ x0, float* __restrict__ X, int H, int reverse)
+{
+    extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
+    float* Ms = reinterpret_cast<float*>(smem);                // [2][128][LD]
+    float (*Xs)[4] = reinterpret_cast<float (*)[4]>(Ms + 2 * 128 * LD);  // the state's 4 columns
+
+    const int cb = blockIdx.x, h = blockIdx.y, n = blockIdx.z, r = threadIdx.x;
+    const int f = table[3 * n], P = table[3 * n + 1], l = table[3 * n + 2];
+    const int col = 4 * cb;
+    auto at = [&](long long row) {  // offset of element (r, col) of state [row, h]
+        return ((row * H + h) * 128 + r) * 128 + col;
+    };
+
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (x0 != nullptr) x = *reinterpret_cast<const float4*>(x0 + at(n));
+    const int first_out = reverse ? f + P - 1 : f;
+    *reinterpret_cast<float4*>(X + at(first_out)) = x;
+    *reinterpret_cast<float4*>(Xs[r]) = x;
+    if (P < 2) return;  // block-uniform
+
+    // M[row, h] into buffer b: 4096 16-byte pieces, 32 per thread, rows r0 = tid / 32 + 4 i.
+    auto issue = [&](int b, long long row) {
+        const float* src = M + (row * H + h) * 16384;
+        float* dst = Ms + b * 128 * LD;
+        const int c4 = 4 * (r & 31);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int rr = (r >> 5) + 4 * i;
+            cake_cp_async16(dst + rr * LD + c4, src + rr * 128 + c4, 16);
+        }
+    };
+    // step s applies segment p = s (forward) or p = P - 1 - s (reverse)
+    auto seg = [&](int s) { return reverse ? P - 1 - s : s; };
+
+    issue(0, l + seg(0));
+    cake_cp_async_commit();
+#pragma unroll 1
+    for (int s = 0; s < P - 1; ++s) {
+        const int p = seg(s);
+        if (s + 1 < P - 1) issue((s + 1) & 1, l + seg(s + 1));
+        cake_cp_async_commit();
+        float4 acc = *reinterpret_cast<const float4*>(B + at(l + p));
+        cake_cp_async_wait<1>();
+        __syncthreads();  // M[p] landed for every thread; Xs holds the previous state
+        const float* m = Ms + (s & 1) * 128 * LD;
+        if (!reverse) {
+#pragma unroll 8
+            for (int k = 0; k < 128; k += 4) {
+                const float4 mk = *reinterpret_cast<const float4*>(m + r * LD + k);
+                const float mv[4] = {mk.x, mk.y, mk.z, mk.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float4 xk = *reinterpret_cast<const float4*>(Xs[k + j]);
+                    acc.x = fmaf(mv[j], xk.x, acc.x);
+                    acc.y = fmaf(mv[j], xk.y, acc.y);
+                    acc.z = fmaf(mv[j], xk.z, acc.z);
+                    acc.w = fmaf(mv[j], xk.w, acc.w);
+                }
+            }
+        } else {
+#pragma unroll 8
+            for (int k = 0; k < 128; ++k) {
+                const float mv = m[k * LD + r];
+                const float4 xk = *reinterpret_cast<const float4*>(Xs[k]);
+                acc.x = fmaf(mv, xk.x, acc.x);
+                acc.y = fmaf(mv, xk.y, acc.y);
+                acc.z = fmaf(mv, xk.z, acc.z);
+                acc.w = fmaf(mv, xk.w, acc.w);
+            }
+        }
+        __syncthreads();  // every read of Xs and of this M buffer is done
+        *reinterpret_cast<float4*>(Xs[r]) = acc;
+        *reinterpret_cast<float4*>(X + at(reverse ? f + p - 1 : f + p + 1)) = acc;
+    }
+    cake_cp_async_wait<0>();
+}
