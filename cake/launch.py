@@ -39,6 +39,7 @@ class Function:
         self.entry = entry
         self.meta = meta
         self.device = device
+        self._types = tuple(_CTYPES[k] for k in meta.args)
         try:
             self.handle = _call(
                 driver,
@@ -77,7 +78,7 @@ class Function:
                         f"{self.meta.symbol} argument {i} must be an int", found=repr(arg)
                     )
                 values.append(arg)
-        return tuple(values), tuple(_CTYPES[k] for k in self.meta.args)
+        return tuple(values), self._types
 
     def __call__(self, grid: tuple[int, ...], *args: Any, stream: int | None = None) -> None:
         import torch
