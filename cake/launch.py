@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 from .errors import LaunchError
@@ -33,13 +34,56 @@ def ensure_context(device: int, *, force: bool = False) -> None:
         _call(driver, driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
+def _cu_launch() -> Any:
+    """libcuda's cuLaunchKernel through ctypes: a launch from Python costs a few microseconds this
+    way, against ~100 through cuda-bindings' argument conversion (docs/notes.md, session 3)."""
+    global _CU_LAUNCH
+    if _CU_LAUNCH is None:
+        fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p]
+        fn.argtypes += [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        _CU_LAUNCH = fn
+    return _CU_LAUNCH
+
+
+_CU_LAUNCH: Any = None
+# CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED: the
+# launching thread has no current context, or another device's
+_WRONG_CONTEXT = (400, 201, 709)
+
+
+def _current_stream(device: int) -> int:
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton launches on
+    return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+class ArgBlock:
+    """A kernel's arguments as ctypes values allocated once, and the array of their addresses that
+    cuLaunchKernel takes as kernelParams; `fill` writes one launch's values in place."""
+
+    def __init__(self, kinds: tuple[ArgType, ...] | list[ArgType]) -> None:
+        self.slots: list[Any] = [_CTYPES[k]() for k in kinds]
+        self.params = (ctypes.c_void_p * max(1, len(self.slots)))(
+            *[ctypes.addressof(slot) for slot in self.slots]
+        )
+
+    def fill(self, values: list[Any]) -> None:
+        for slot, value in zip(self.slots, values, strict=True):
+            slot.value = value
+
+
 class Function:
+    """One kernel: a launch converts the arguments, fills its ArgBlock and calls the driver, under
+    a lock so that threads sharing a kernel do not interleave the fill and the launch."""
+
     def __init__(self, module: Any, entry: Entry, meta: Kernel, device: int) -> None:
         driver = init_driver()
         self.entry = entry
         self.meta = meta
         self.device = device
-        self._types = tuple(_CTYPES[k] for k in meta.args)
         try:
             self.handle = _call(
                 driver,
@@ -57,65 +101,55 @@ class Function:
                 driver.cuFuncSetAttribute(self.handle, attr, meta.smem),
                 "cuFuncSetAttribute",
             )
+        self._fn = int(self.handle)
+        self._block = ArgBlock(meta.args)
+        self._lock = threading.Lock()
 
-    def _pack(self, args: tuple[Any, ...]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    def _value(self, i: int, kind: ArgType, arg: Any) -> Any:
+        if kind is ArgType.ptr:
+            if arg is None:
+                return 0
+            return arg.data_ptr() if hasattr(arg, "data_ptr") else int(arg)
+        if kind is ArgType.f32:
+            return float(arg)
+        if not isinstance(arg, int) or isinstance(arg, bool):
+            raise LaunchError(f"{self.meta.symbol} argument {i} must be an int", found=repr(arg))
+        bits = 32 if kind is ArgType.i32 else 64
+        if not -(2 ** (bits - 1)) <= arg < 2 ** (bits - 1):
+            raise LaunchError(
+                f"{self.meta.symbol} argument {i} does not fit in {kind}", found=repr(arg)
+            )
+        return arg
+
+    def __call__(self, grid: tuple[int, ...], *args: Any, stream: int | None = None) -> None:
         if len(args) != len(self.meta.args):
             raise LaunchError(
                 f"{self.entry.program}:{self.meta.symbol} called with {len(args)} arguments",
                 expected=f"{len(self.meta.args)} ({', '.join(self.meta.args)})",
             )
-        values = []
-        for i, (kind, arg) in enumerate(zip(self.meta.args, args, strict=True)):
-            if kind is ArgType.ptr:
-                values.append(
-                    0 if arg is None else arg.data_ptr() if hasattr(arg, "data_ptr") else int(arg)
-                )
-            elif kind is ArgType.f32:
-                values.append(float(arg))
-            else:
-                if not isinstance(arg, int) or isinstance(arg, bool):
-                    raise LaunchError(
-                        f"{self.meta.symbol} argument {i} must be an int", found=repr(arg)
-                    )
-                values.append(arg)
-        return tuple(values), self._types
-
-    def __call__(self, grid: tuple[int, ...], *args: Any, stream: int | None = None) -> None:
-        import torch
-
         gx, gy, gz = (*grid, 1, 1)[:3]
         if min(gx, gy, gz) <= 0:
             return  # nothing to do (e.g. an empty batch); a zero grid is a driver error
+        values = [
+            self._value(i, k, a) for i, (k, a) in enumerate(zip(self.meta.args, args, strict=True))
+        ]
         if stream is None:
-            stream = torch.cuda.current_stream(self.device).cuda_stream
-        driver = init_driver()
-        packed = self._pack(args)
-        launch = (
-            self.handle,
-            gx,
-            gy,
-            gz,
-            self.meta.threads,
-            1,
-            1,
-            self.meta.smem,
-            stream,
-            packed,
-            0,
-        )
-        err = driver.cuLaunchKernel(*launch)[0]
-        if err in (
-            driver.CUresult.CUDA_ERROR_INVALID_CONTEXT,
-            driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
-            driver.CUresult.CUDA_ERROR_INVALID_HANDLE,
-        ):
-            # a thread that never touched the device (autograd's backward thread, whose first CUDA
-            # work may be this launch) or whose current context is another device's
-            ensure_context(self.device, force=True)
-            err = driver.cuLaunchKernel(*launch)[0]
-        if err != driver.CUresult.CUDA_SUCCESS:
+            stream = _current_stream(self.device)
+        launch = _cu_launch()
+        dims = (gx, gy, gz, self.meta.threads, 1, 1, self.meta.smem)
+        with self._lock:
+            self._block.fill(values)
+            err = launch(self._fn, *dims, stream, self._block.params, None)
+            if err in _WRONG_CONTEXT:
+                # a thread that never touched the device (autograd's backward thread, whose first
+                # CUDA work may be this launch) or whose current context is another device's
+                ensure_context(self.device, force=True)
+                err = launch(self._fn, *dims, stream, self._block.params, None)
+        if err != 0:
+            driver = init_driver()
             raise LaunchError(
-                f"launch of {self.entry.program}:{self.meta.symbol} failed", found=str(err)
+                f"launch of {self.entry.program}:{self.meta.symbol} failed",
+                found=str(driver.CUresult(err)),
             )
 
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_100a
-// identity: sha256:fd94a92851e94e89e51ee29eb13c54ca1145a34ec5bde7bf6cec2cbdc67682fa
+// identity: sha256:7348fdd4ec07839b00f1b536358d686f4292963d2356a75c1cbd6a63edd0a801
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -67,14 +67,25 @@ extern "C" __global__ void __launch_bounds__(128) kda_seg_combine(
     // step s applies segment p = s (forward) or p = P - 1 - s (reverse)
     auto seg = [&](int s) { return reverse ? P - 1 - s : s; };
 
+    auto fma4 = [](float4& a, float m, const float4& x) {
+        a.x = fmaf(m, x.x, a.x);
+        a.y = fmaf(m, x.y, a.y);
+        a.z = fmaf(m, x.z, a.z);
+        a.w = fmaf(m, x.w, a.w);
+    };
+
     issue(0, l + seg(0));
     cake_cp_async_commit();
+    float4 b_next = *reinterpret_cast<const float4*>(B + at(l + seg(0)));
 #pragma unroll 1
     for (int s = 0; s < P - 1; ++s) {
         const int p = seg(s);
         if (s + 1 < P - 1) issue((s + 1) & 1, l + seg(s + 1));
         cake_cp_async_commit();
-        float4 acc = *reinterpret_cast<const float4*>(B + at(l + p));
+        // B of this step was loaded during the last one; the next one's load flies over this one.
+        // Two accumulators (even and odd k) halve the dependent FMA chains; acc = B + even + odd.
+        float4 acc = b_next, odd = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (s + 1 < P - 1) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1)));
         cake_cp_async_wait<1>();
         __syncthreads();  // M[p] landed for every thread; Xs holds the previous state
         const float* m = Ms + (s & 1) * 128 * LD;
@@ -82,27 +93,22 @@ extern "C" __global__ void __launch_bounds__(128) kda_seg_combine(
 #pragma unroll 8
             for (int k = 0; k < 128; k += 4) {
                 const float4 mk = *reinterpret_cast<const float4*>(m + r * LD + k);
-                const float mv[4] = {mk.x, mk.y, mk.z, mk.w};
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float4 xk = *reinterpret_cast<const float4*>(Xs[k + j]);
-                    acc.x = fmaf(mv[j], xk.x, acc.x);
-                    acc.y = fmaf(mv[j], xk.y, acc.y);
-                    acc.z = fmaf(mv[j], xk.z, acc.z);
-                    acc.w = fmaf(mv[j], xk.w, acc.w);
-                }
+                fma4(acc, mk.x, *reinterpret_cast<const float4*>(Xs[k]));
+                fma4(odd, mk.y, *reinterpret_cast<const float4*>(Xs[k + 1]));
+                fma4(acc, mk.z, *reinterpret_cast<const float4*>(Xs[k + 2]));
+                fma4(odd, mk.w, *reinterpret_cast<const float4*>(Xs[k + 3]));
             }
         } else {
 #pragma unroll 8
-            for (int k = 0; k < 128; ++k) {
-                const float mv = m[k * LD + r];
-                const float4 xk = *reinterpret_cast<const float4*>(Xs[k]);
-                acc.x = fmaf(mv, xk.x, acc.x);
-                acc.y = fmaf(mv, xk.y, acc.y);
-                acc.z = fmaf(mv, xk.z, acc.z);
-                acc.w = fmaf(mv, xk.w, acc.w);
+            for (int k = 0; k < 128; k += 2) {
+                fma4(acc, m[k * LD + r], *reinterpret_cast<const float4*>(Xs[k]));
+                fma4(odd, m[(k + 1) * LD + r], *reinterpret_cast<const float4*>(Xs[k + 1]));
             }
         }
+        acc.x += odd.x;
+        acc.y += odd.y;
+        acc.z += odd.z;
+        acc.w += odd.w;
         __syncthreads();  // every read of Xs and of this M buffer is done
         *reinterpret_cast<float4*>(Xs[r]) = acc;
         *reinterpret_cast<float4*>(X + at(reverse ? f + p - 1 : f + p + 1)) = acc;
