@@ -260,11 +260,13 @@ def make_long_input(
     gate: str = "g",
     seed: int = 0,
     device: torch.device | str = "cpu",
+    decays: tuple[float, ...] | None = None,
 ) -> KDAInputs:
     """The seed-000 long slow-decay case (one sequence, plain batch B = 1).
 
-    gate="g" passes the constant log decay directly; gate="raw" passes x = -10 with A_log = 0,
-    dt_bias = 0, lower_bound = -5, which is the same decay computed in the kernel.
+    gate="g" passes the constant log decay directly (`decays`: one log decay per token for each
+    head instead); gate="raw" passes x = -10 with A_log = 0, dt_bias = 0, lower_bound = -5, which is
+    the same decay computed in the kernel.
     """
     device = torch.device(device)
     gen = _generator(seed, device)
@@ -273,8 +275,13 @@ def make_long_input(
     k = _unit(_normal(shape, gen, device)).to(torch.bfloat16)
     v = _normal(shape, gen, device).to(torch.bfloat16)
     beta = torch.full(shape[:-1], 0.5, dtype=torch.bfloat16, device=device)
+    if decays is not None and (gate != "g" or len(decays) != heads):
+        raise ValueError(f"decays: one per head ({heads}) for the g form, got {decays}")
     if gate == "g":
         g = torch.full(shape, LONG_LOG_DECAY, dtype=torch.float32, device=device)
+        if decays is not None:
+            g = torch.tensor(decays, dtype=torch.float32, device=device).view(1, 1, heads, 1)
+            g = g.expand(shape).contiguous()
         return KDAInputs(q=q, k=k, v=v, g=g, beta=beta, regime="long", seed=seed)
     if gate == "raw":
         x = torch.full(shape, LONG_GATE_X, dtype=torch.float32, device=device)

@@ -457,6 +457,14 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     return err / den
 
 
+def window_errors(out: torch.Tensor, ref: torch.Tensor, head: int, window: int) -> list[float]:
+    """rel_l2 of `[B,T,H,V]` outputs for one head over consecutive windows of `window` tokens."""
+    return [
+        rel_l2(out[:, a : a + window, head], ref[:, a : a + window, head])
+        for a in range(0, out.shape[1], window)
+    ]
+
+
 def rel_l2_per_head(out: torch.Tensor, ref: torch.Tensor, head_dim: int) -> list[float]:
     """rel_l2 per index of dimension `head_dim` (2 for `[B,T,H,K]`, 1 for `[N,H,K,V]`)."""
     if out.shape != ref.shape:

@@ -11,7 +11,13 @@ import functools
 import pytest
 import torch
 from kda_inputs import make_long_input
-from kda_reference import kda_reference_grads, recurrent_kda, rel_l2, rel_l2_per_head
+from kda_reference import (
+    kda_reference_grads,
+    recurrent_kda,
+    rel_l2,
+    rel_l2_per_head,
+    window_errors,
+)
 
 from cake.kda import chunk_kda
 
@@ -28,22 +34,13 @@ HEAD_DECAYS = (-2.27e-4, -5e-5, -1e-3, -1e-5)
 
 @functools.lru_cache(maxsize=2)
 def long_case(heads: int):
-    inp = make_long_input(65536, heads=heads, device="cuda")
-    if heads > 1:
-        g = torch.tensor(HEAD_DECAYS[:heads], device="cuda").view(1, 1, heads, 1)
-        inp = dataclasses.replace(inp, g=g.expand_as(inp.g).contiguous())
+    decays = HEAD_DECAYS[:heads] if heads > 1 else None
+    inp = make_long_input(65536, heads=heads, device="cuda", decays=decays)
     with torch.no_grad():
         o_ref, ht_ref = recurrent_kda(
             inp.q, inp.k, inp.v, inp.g, inp.beta, scale=128**-0.5
         )  # float64, token by token
     return inp, o_ref, ht_ref
-
-
-def windows(o: torch.Tensor, ref: torch.Tensor, head: int) -> list[float]:
-    return [
-        rel_l2(o[:, a : a + WINDOW, head], ref[:, a : a + WINDOW, head])
-        for a in range(0, o.shape[1], WINDOW)
-    ]
 
 
 @pytest.mark.parametrize("heads", [1, 4])
@@ -54,7 +51,7 @@ def test_every_window_is_accurate_for_every_P_and_does_not_grow(heads):
         o, ht = chunk_kda(**inp.as_kwargs(), output_final_state=True, segments=P)
         assert torch.isfinite(o).all() and torch.isfinite(ht).all(), P
         for h in range(heads):
-            w = windows(o, o_ref, h)
+            w = window_errors(o, o_ref, h, WINDOW)
             assert max(w) <= BOUND, (P, h, w)
             assert w[-1] <= GROWTH * w[0], (P, h, w)
         assert max(rel_l2_per_head(ht, ht_ref, 1)) <= BOUND, P

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU tests (shipped arch, then the sm_90 twins), compute-sanitizer on a small
 # set, accuracy and forward speed against FLA 0.6.0. Logs go to $OUT. Usage on the H200:
-#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed kernels diag long speed-long)
+#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed kernels diag long long-report speed-long host)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=/tmp/cake-cache CAKE_QUIET=1
@@ -22,6 +22,8 @@ for step in $steps; do
     accuracy) timeout 400 python3 tools/bench.py --accuracy --acc-cases g-mixed-off,g-fast-off,g-slow-off,g-slow-fused,g-extreme-off,raw-lb-off,raw-lb-fused --acc-paths ${PATHS_:-saved} --json "$OUT/accuracy.json" 2>&1 | tee "$OUT/accuracy.log" | tail -30 ;;
     speed) timeout ${SPEED_S:-400} python3 tools/bench.py --rows ${ROWS:-1doc,4doc,R2,m2} --ops ${OPS_:-fwd} --variants ${VARIANTS:-g:off:saved,g:fused:saved,raw:off:saved,raw:fused:saved} --json "$OUT/speed.json" 2>&1 | tee "$OUT/speed.log" | tail -40 ;;
     long) timeout ${TESTS_S:-400} python3 -m pytest -q -m gpu -rf tests/test_kda_long_gpu.py 2>&1 | tee "$OUT/long.log" | tail -12 ;;
+    long-report) timeout ${TESTS_S:-400} python3 tools/long_report.py --json "$OUT/long-report.json" 2>&1 | tee "$OUT/long-report.log" | tail -40 ;;
+    host) timeout 60 python3 tools/host_profile.py --row ${ROW:-m2} --top 15 2>&1 | tee "$OUT/host.log" | head -25 ;;
     speed-long) timeout ${SPEED_S:-400} python3 tools/bench.py --rows long,long4 --impl fla,cake,cake1 --ops fwd,fwd+bwd --variants g:off:saved --json "$OUT/speed-long.json" 2>&1 | tee "$OUT/speed-long.log" | tail -12 ;;
     kernels) timeout 120 python3 tools/kernel_times.py --rows ${ROWS:-1doc,4doc,R2,m2} --variant ${VARIANT:-g:off:saved} 2>&1 | tee "$OUT/kernels.log" | tail -70 ;;
     diag) timeout 120 python3 tools/diag_dbeta.py 2>&1 | tail -12 ;;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90a
-// identity: sha256:ce683e05a2092fb5694ab69658095c8d77c3a9e0ac8bdf0fb1d538d2f34b7840
+// identity: sha256:64091cb9e41c87236c16115d50764f953c72a49dd731d819e420a926aa5577d8
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -28,70 +28,86 @@ __device__ __forceinline__ void cake_cp_async_wait() {
 // ---- end cake/cp_async.cuh ----
 
 namespace {
-constexpr int LD = 132;  // padded row: float4 reads of row r hit banks 4r..4r+3, conflict-free per 8 lanes
+// Padded rows of M in shared memory. Forward, the 8 lanes of a shared-memory phase read float4s of
+// rows r0..r0+7 at the same column: banks 4r (LD = 132) are distinct. Reverse, a warp reads
+// scalars M[q + 4j][r] for 8 rows r and q = 0..3: banks 8q + r (LD = 136) are distinct.
+constexpr int LD_MAX = 136;
+
+__device__ __forceinline__ void fma4(float4& a, float m, const float4& x) {
+    a.x = fmaf(m, x.x, a.x);
+    a.y = fmaf(m, x.y, a.y);
+    a.z = fmaf(m, x.z, a.z);
+    a.w = fmaf(m, x.w, a.w);
+}
+
+__device__ __forceinline__ float4 shfl_add(const float4& a, int mask) {
+    return make_float4(a.x + __shfl_xor_sync(0xffffffffu, a.x, mask),
+                       a.y + __shfl_xor_sync(0xffffffffu, a.y, mask),
+                       a.z + __shfl_xor_sync(0xffffffffu, a.z, mask),
+                       a.w + __shfl_xor_sync(0xffffffffu, a.w, mask));
+}
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(128) kda_seg_combine(
+extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
     const float* __restrict__ M, const float* __restrict__ B, const int* __restrict__ table,
     const float* __restrict__ x0, float* __restrict__ X, int H, int reverse)
 {
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
-    float* Ms = reinterpret_cast<float*>(smem);                // [2][128][LD]
-    float (*Xs)[4] = reinterpret_cast<float (*)[4]>(Ms + 2 * 128 * LD);  // the state's 4 columns
+    float* Ms = reinterpret_cast<float*>(smem);                               // [2][128][LD]
+    float (*Xs)[4] = reinterpret_cast<float (*)[4]>(Ms + 2 * 128 * LD_MAX);  // the state's 4 columns
 
-    const int cb = blockIdx.x, h = blockIdx.y, n = blockIdx.z, r = threadIdx.x;
+    const int cb = blockIdx.x, h = blockIdx.y, n = blockIdx.z, tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    const int q = lane >> 3, r = 8 * warp + (lane & 7);  // lanes q*8 .. q*8+7: rows of this warp
+    const int LD = reverse ? 136 : 132;
     const int f = table[3 * n], P = table[3 * n + 1], l = table[3 * n + 2];
     const int col = 4 * cb;
     auto at = [&](long long row) {  // offset of element (r, col) of state [row, h]
         return ((row * H + h) * 128 + r) * 128 + col;
     };
 
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (x0 != nullptr) x = *reinterpret_cast<const float4*>(x0 + at(n));
-    const int first_out = reverse ? f + P - 1 : f;
-    *reinterpret_cast<float4*>(X + at(first_out)) = x;
-    *reinterpret_cast<float4*>(Xs[r]) = x;
+    if (tid < 128) {  // one thread per row loads / stores the boundary value
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        const long long o = ((static_cast<long long>(n) * H + h) * 128 + tid) * 128 + col;
+        if (x0 != nullptr) x = *reinterpret_cast<const float4*>(x0 + o);
+        const long long first_out = reverse ? f + P - 1 : f;
+        *reinterpret_cast<float4*>(X + ((first_out * H + h) * 128 + tid) * 128 + col) = x;
+        *reinterpret_cast<float4*>(Xs[tid]) = x;
+    }
     if (P < 2) return;  // block-uniform
 
-    // M[row, h] into buffer b: 4096 16-byte pieces, 32 per thread, rows r0 = tid / 32 + 4 i.
+    // M[row, h] into buffer b: 4096 16-byte pieces, 8 per thread (rows tid / 32 + 16 i).
     auto issue = [&](int b, long long row) {
         const float* src = M + (row * H + h) * 16384;
-        float* dst = Ms + b * 128 * LD;
-        const int c4 = 4 * (r & 31);
+        float* dst = Ms + b * 128 * LD_MAX;
+        const int c4 = 4 * lane;
 #pragma unroll
-        for (int i = 0; i < 32; ++i) {
-            const int rr = (r >> 5) + 4 * i;
+        for (int i = 0; i < 8; ++i) {
+            const int rr = warp + 16 * i;
             cake_cp_async16(dst + rr * LD + c4, src + rr * 128 + c4, 16);
         }
     };
-    // step s applies segment p = s (forward) or p = P - 1 - s (reverse)
-    auto seg = [&](int s) { return reverse ? P - 1 - s : s; };
-
-    auto fma4 = [](float4& a, float m, const float4& x) {
-        a.x = fmaf(m, x.x, a.x);
-        a.y = fmaf(m, x.y, a.y);
-        a.z = fmaf(m, x.z, a.z);
-        a.w = fmaf(m, x.w, a.w);
-    };
+    auto seg = [&](int s) { return reverse ? P - 1 - s : s; };  // the segment step s applies
 
     issue(0, l + seg(0));
     cake_cp_async_commit();
-    float4 b_next = *reinterpret_cast<const float4*>(B + at(l + seg(0)));
+    float4 b_next = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (q == 0) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(0)));
 #pragma unroll 1
     for (int s = 0; s < P - 1; ++s) {
         const int p = seg(s);
         if (s + 1 < P - 1) issue((s + 1) & 1, l + seg(s + 1));
         cake_cp_async_commit();
-        // B of this step was loaded during the last one; the next one's load flies over this one.
-        // Two accumulators (even and odd k) halve the dependent FMA chains; acc = B + even + odd.
-        float4 acc = b_next, odd = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (s + 1 < P - 1) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1)));
+        const float4 b = b_next;  // loaded during the last step; the next one flies over this one
+        if (q == 0 && s + 1 < P - 1) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1)));
         cake_cp_async_wait<1>();
         __syncthreads();  // M[p] landed for every thread; Xs holds the previous state
-        const float* m = Ms + (s & 1) * 128 * LD;
+        const float* m = Ms + (s & 1) * 128 * LD_MAX;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f), odd = acc;
         if (!reverse) {
-#pragma unroll 8
-            for (int k = 0; k < 128; k += 4) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int k = 4 * (q + 4 * j);
                 const float4 mk = *reinterpret_cast<const float4*>(m + r * LD + k);
                 fma4(acc, mk.x, *reinterpret_cast<const float4*>(Xs[k]));
                 fma4(odd, mk.y, *reinterpret_cast<const float4*>(Xs[k + 1]));
@@ -99,19 +115,22 @@ extern "C" __global__ void __launch_bounds__(128) kda_seg_combine(
                 fma4(odd, mk.w, *reinterpret_cast<const float4*>(Xs[k + 3]));
             }
         } else {
-#pragma unroll 8
-            for (int k = 0; k < 128; k += 2) {
+#pragma unroll
+            for (int j = 0; j < 32; j += 2) {
+                const int k = q + 4 * j;
                 fma4(acc, m[k * LD + r], *reinterpret_cast<const float4*>(Xs[k]));
-                fma4(odd, m[(k + 1) * LD + r], *reinterpret_cast<const float4*>(Xs[k + 1]));
+                fma4(odd, m[(k + 4) * LD + r], *reinterpret_cast<const float4*>(Xs[k + 4]));
             }
         }
-        acc.x += odd.x;
-        acc.y += odd.y;
-        acc.z += odd.z;
-        acc.w += odd.w;
+        acc = make_float4(acc.x + odd.x, acc.y + odd.y, acc.z + odd.z, acc.w + odd.w);
+        acc = shfl_add(acc, 8);   // (q0 + q1), (q2 + q3)
+        acc = shfl_add(acc, 16);  // + the other pair: every lane of the row holds the sum
+        acc = make_float4(acc.x + b.x, acc.y + b.y, acc.z + b.z, acc.w + b.w);
         __syncthreads();  // every read of Xs and of this M buffer is done
-        *reinterpret_cast<float4*>(Xs[r]) = acc;
-        *reinterpret_cast<float4*>(X + at(reverse ? f + p - 1 : f + p + 1)) = acc;
+        if (q == 0) {
+            *reinterpret_cast<float4*>(Xs[r]) = acc;
+            *reinterpret_cast<float4*>(X + at(reverse ? f + p - 1 : f + p + 1)) = acc;
+        }
     }
     cake_cp_async_wait<0>();
 }
