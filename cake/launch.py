@@ -18,6 +18,8 @@ _CTYPES = {
     ArgType.f32: ctypes.c_float,
 }
 _SMEM_DEFAULT_LIMIT = 48 * 1024
+_PTR, _F32 = ArgType.ptr, ArgType.f32
+_INT_RANGE = {ArgType.i32: (-(2**31), 2**31), ArgType.i64: (-(2**63), 2**63)}
 
 
 def ensure_context(device: int, *, force: bool = False) -> None:
@@ -62,17 +64,42 @@ def _current_stream(device: int) -> int:
 
 class ArgBlock:
     """A kernel's arguments as ctypes values allocated once, and the array of their addresses that
-    cuLaunchKernel takes as kernelParams; `fill` writes one launch's values in place."""
+    cuLaunchKernel takes as kernelParams. `set` converts one launch's arguments (a tensor or None
+    for a pointer, a Python int for i32/i64, a number for f32) and writes them in place."""
 
-    def __init__(self, kinds: tuple[ArgType, ...] | list[ArgType]) -> None:
+    def __init__(self, kinds: tuple[ArgType, ...] | list[ArgType], symbol: str = "kernel") -> None:
+        self.kinds = tuple(kinds)
+        self.symbol = symbol
         self.slots: list[Any] = [_CTYPES[k]() for k in kinds]
         self.params = (ctypes.c_void_p * max(1, len(self.slots)))(
             *[ctypes.addressof(slot) for slot in self.slots]
         )
 
-    def fill(self, values: list[Any]) -> None:
-        for slot, value in zip(self.slots, values, strict=True):
-            slot.value = value
+    def set(self, args: tuple[Any, ...] | list[Any]) -> None:
+        if len(args) != len(self.kinds):
+            raise LaunchError(
+                f"{self.symbol} called with {len(args)} arguments",
+                expected=f"{len(self.kinds)} ({', '.join(self.kinds)})",
+            )
+        for i, (slot, kind, arg) in enumerate(zip(self.slots, self.kinds, args, strict=True)):
+            if kind is _PTR:
+                if arg is None:
+                    slot.value = 0
+                else:
+                    try:
+                        slot.value = arg.data_ptr()
+                    except AttributeError:
+                        slot.value = int(arg)
+            elif kind is _F32:
+                slot.value = float(arg)
+            elif type(arg) is int and _INT_RANGE[kind][0] <= arg < _INT_RANGE[kind][1]:
+                slot.value = arg
+            elif not isinstance(arg, int) or isinstance(arg, bool):
+                raise LaunchError(f"{self.symbol} argument {i} must be an int", found=repr(arg))
+            else:
+                raise LaunchError(
+                    f"{self.symbol} argument {i} does not fit in {kind}", found=repr(arg)
+                )
 
 
 class Function:
@@ -102,43 +129,19 @@ class Function:
                 "cuFuncSetAttribute",
             )
         self._fn = int(self.handle)
-        self._block = ArgBlock(meta.args)
+        self._block = ArgBlock(meta.args, f"{entry.program}:{meta.symbol}")
         self._lock = threading.Lock()
 
-    def _value(self, i: int, kind: ArgType, arg: Any) -> Any:
-        if kind is ArgType.ptr:
-            if arg is None:
-                return 0
-            return arg.data_ptr() if hasattr(arg, "data_ptr") else int(arg)
-        if kind is ArgType.f32:
-            return float(arg)
-        if not isinstance(arg, int) or isinstance(arg, bool):
-            raise LaunchError(f"{self.meta.symbol} argument {i} must be an int", found=repr(arg))
-        bits = 32 if kind is ArgType.i32 else 64
-        if not -(2 ** (bits - 1)) <= arg < 2 ** (bits - 1):
-            raise LaunchError(
-                f"{self.meta.symbol} argument {i} does not fit in {kind}", found=repr(arg)
-            )
-        return arg
-
     def __call__(self, grid: tuple[int, ...], *args: Any, stream: int | None = None) -> None:
-        if len(args) != len(self.meta.args):
-            raise LaunchError(
-                f"{self.entry.program}:{self.meta.symbol} called with {len(args)} arguments",
-                expected=f"{len(self.meta.args)} ({', '.join(self.meta.args)})",
-            )
         gx, gy, gz = (*grid, 1, 1)[:3]
         if min(gx, gy, gz) <= 0:
             return  # nothing to do (e.g. an empty batch); a zero grid is a driver error
-        values = [
-            self._value(i, k, a) for i, (k, a) in enumerate(zip(self.meta.args, args, strict=True))
-        ]
         if stream is None:
             stream = _current_stream(self.device)
         launch = _cu_launch()
         dims = (gx, gy, gz, self.meta.threads, 1, 1, self.meta.smem)
         with self._lock:
-            self._block.fill(values)
+            self._block.set(args)
             err = launch(self._fn, *dims, stream, self._block.params, None)
             if err in _WRONG_CONTEXT:
                 # a thread that never touched the device (autograd's backward thread, whose first

@@ -12,15 +12,18 @@ programs on the same values, so their gradients are bitwise equal.
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
 from ..loader import default_loader
-from ..spec import DType, GateForm, Stage, Variant
+from ..spec import DType, GateForm, L2Norm, Stage, Variant
 from . import segments as seg
 from .forward import (
     BV,
     COMBINE,
     COMBINE_COLUMNS,
+    STATE,
     Config,
     K,
     V,
@@ -34,10 +37,19 @@ from .stages import raw_gate_params
 
 
 def bwd_chunk_record(config: Config, x_dtype: torch.dtype) -> str:
-    if config.gate is GateForm.g:
-        return Variant(stage=Stage.bwd_chunk, gate=config.gate, l2n=config.l2n).key
+    return _bwd_chunk_record(config.gate, config.l2n, x_dtype)
+
+
+@cache  # a handful of keys; spares every call a pydantic validation
+def _bwd_chunk_record(gate: GateForm, l2n: L2Norm, x_dtype: torch.dtype) -> str:
+    if gate is GateForm.g:
+        return Variant(stage=Stage.bwd_chunk, gate=gate, l2n=l2n).key
     x = DType.bf16 if x_dtype == torch.bfloat16 else DType.fp32
-    return Variant(stage=Stage.bwd_chunk, gate=config.gate, x=x, l2n=config.l2n).key
+    return Variant(stage=Stage.bwd_chunk, gate=gate, x=x, l2n=l2n).key
+
+
+BWD_STATE = Variant(stage=Stage.bwd_state).key
+BWD_REDUCE = Variant(stage=Stage.bwd_reduce).key
 
 
 def records(
@@ -46,11 +58,11 @@ def records(
     """The records one backward call launches, in launch order; with `split`, kda_cp's combine."""
     out = []
     if replay:
-        out += [chunk_record(config, g_dtype), Variant(stage=Stage.fwd_state).key]
-    out += [Variant(stage=Stage.bwd_state).key, *([COMBINE] if split else [])]
+        out += [chunk_record(config, g_dtype), STATE]
+    out += [BWD_STATE, *([COMBINE] if split else [])]
     out += [bwd_chunk_record(config, g_dtype)]
     if config.gate is not GateForm.g:
-        out.append(Variant(stage=Stage.bwd_reduce).key)
+        out.append(BWD_REDUCE)
     return out
 
 
@@ -103,7 +115,7 @@ def backward(  # noqa: ANN201
     dVn = torch.empty((NC, H, CHUNK, V), **f32)
     dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
     dht_ = dht.float().contiguous() if dht is not None else None
-    bstate = loader.module(pkg, Variant(stage=Stage.bwd_state).key, dev)["kda_bwd_state"]
+    bstate = loader.module(pkg, BWD_STATE, dev)["kda_bwd_state"]
     ops = (saved["Qg"], saved["W"], saved["Kd"], saved["Aqk"], saved["gl"], do, layout.chunks)
     if not plan.any_split:
         bstate(
@@ -116,7 +128,7 @@ def backward(  # noqa: ANN201
 
     # K2: chunk-parallel gradients.
     raw = config.gate is not GateForm.g
-    beta32 = beta.reshape(T, H).float().contiguous()
+    beta32 = saved["beta32"]  # the forward's fp32 copy
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
@@ -142,7 +154,7 @@ def backward(  # noqa: ANN201
     if raw:
         dA_log = torch.empty(H, **f32)
         ddt_bias = torch.empty(H * K, **f32)
-        red = loader.module(pkg, Variant(stage=Stage.bwd_reduce).key, dev)
+        red = loader.module(pkg, BWD_REDUCE, dev)
         red["kda_bwd_gate_reduce"]((H,), dA_part, dbias_part, dA_log, ddt_bias, NC, H)
         if A_log is not None:
             out["dA_log"] = dA_log

@@ -5,6 +5,7 @@ chunk-local cumsum fused in), state pass. Long sequences run the state pass segm
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 
@@ -33,12 +34,18 @@ class Config:
 
 def chunk_record(config: Config, g_dtype: torch.dtype) -> str:
     """The fwd_chunk record: the gate form (and raw input dtype) fused into it, and the L2 norm."""
+    return _chunk_record(config.gate, config.l2n, g_dtype)
+
+
+@cache  # a handful of keys; spares every call a pydantic validation
+def _chunk_record(gate: GateForm, l2n: L2Norm, g_dtype: torch.dtype) -> str:
     x = None
-    if config.gate is not GateForm.g:
+    if gate is not GateForm.g:
         x = DType.bf16 if g_dtype == torch.bfloat16 else DType.fp32
-    return Variant(stage=Stage.fwd_chunk, gate=config.gate, x=x, l2n=config.l2n).key
+    return Variant(stage=Stage.fwd_chunk, gate=gate, x=x, l2n=l2n).key
 
 
+STATE = Variant(stage=Stage.fwd_state).key
 COMBINE = Variant(stage=Stage.seg_combine).key  # kda_cp only
 COMBINE_COLUMNS = 4  # value columns per kda_seg_combine block
 
@@ -46,11 +53,7 @@ COMBINE_COLUMNS = 4  # value columns per kda_seg_combine block
 def records(config: Config, g_dtype: torch.dtype, *, split: bool = False) -> list[str]:
     """The records one forward call launches, in launch order (in `package_for`'s package);
     with `split`, kda_cp's combine too."""
-    return [
-        chunk_record(config, g_dtype),
-        Variant(stage=Stage.fwd_state).key,
-        *([COMBINE] if split else []),
-    ]
+    return [chunk_record(config, g_dtype), STATE, *([COMBINE] if split else [])]
 
 
 def segment_plan(config: Config, heads: int, device: torch.device) -> seg.Plan:
@@ -70,7 +73,8 @@ def package_for(plan: seg.Plan) -> str:
 
 def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool = False):  # noqa: ANN001, ANN201
     """Launch the forward; returns (o, final state or None, saved or None). With keep, saved holds
-    what the backward reads: G (Γ), Aqk, W, Qg, Kd, gl and the state at each chunk's start."""
+    what the backward reads: G (Γ), Aqk, W, Qg, Kd, gl, the state at each chunk's start and beta
+    as fp32."""
     B, T_, H, _ = q.shape
     T = B * T_
     device = q.device
@@ -83,7 +87,7 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
     # Select and fetch every program first, so that an offline miss names all of them at once.
     loader.ensure([(pkg, r) for r in records(config, g.dtype, split=plan.any_split)], dev)
     chunk = loader.module(pkg, chunk_record(config, g.dtype), dev)
-    state = loader.module(pkg, Variant(stage=Stage.fwd_state).key, dev)
+    state = loader.module(pkg, STATE, dev)
 
     x = g.view(T, H, K)
     if config.gate is not GateForm.g:
@@ -132,7 +136,9 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
     else:
         combine = loader.module(pkg, COMBINE, dev)["kda_seg_combine"]
         M = _segmented_state_pass(state["kda_fwd_state"], combine, plan, ops, h0, o, ht, states, H)
-    saved = dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, states=states) if keep else None
+    saved = (
+        dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, states=states, beta32=beta32) if keep else None
+    )
     if saved is not None and M is not None:
         saved["M"] = M
     return o, ht, saved

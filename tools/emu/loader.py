@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from cake.launch import ArgBlock, Function
+from cake.launch import ArgBlock
 from cake.manifest import Entry, Kernel, Manifest
 from cake.manifest import load as load_manifest
 from cake.matrix import load_matrix
@@ -89,17 +89,13 @@ class EmuFunction:
 
     def __call__(self, grid: tuple[int, ...], *args: Any, stream: int | None = None) -> None:
         self._check(args)
-        if len(args) != len(self.meta.args):
-            raise EmuError(f"{self.meta.symbol} called with {len(args)} arguments")
-        # cake's own conversion and argument block, as a device launch would fill them
-        kinds = self.meta.args
-        pairs = enumerate(zip(kinds, args, strict=True))
-        values = [Function._value(self, i, k, a) for i, (k, a) in pairs]  # type: ignore[arg-type]
+        block = ArgBlock(
+            self.meta.args, self.meta.symbol
+        )  # cake's own, as a device launch fills it
+        block.set(args)
         gx, gy, gz = (*grid, 1, 1)[:3]
         if min(gx, gy, gz) <= 0:
             return
-        block = ArgBlock(kinds)
-        block.fill(values)
         argv = block.params
         opts = self.options
         cfg = (ctypes.c_longlong * 9)(
