@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:693db8db34493f8c3b83e6b9f96b683d4cf0f0a67ab129e925e57040477023f3
+// identity: sha256:509c981833e155d0103b48c3b1eb25b4e4d32dd33574251487954668bc698962
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -256,7 +256,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             }
         }
         // The gradient of this chunk's END state, before the chunk updates it.
-        store_global(dS_end + wsi * 16384 + vb * 64);
+        if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
         __syncthreads();
 
         // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values). Aqk^T[i][j] = Aqk[j][i] is
@@ -288,8 +288,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) {
                 const int col = vc + 8 * ni + 2 * t;
-                *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(acc[ni][0], acc[ni][1]);
-                *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(acc[ni][2], acc[ni][3]);
+                if (dVn != nullptr) {
+                    *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(acc[ni][0], acc[ni][1]);
+                    *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(acc[ni][2], acc[ni][3]);
+                }
                 // Negated so that phase B only adds: -W^T dVn = W^T (-dVn), negation is exact.
                 Vt[el64(col, r)] = -rtf32(acc[ni][0]);
                 Vt[el64(col + 1, r)] = -rtf32(acc[ni][1]);

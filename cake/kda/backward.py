@@ -169,12 +169,12 @@ def _segmented_reverse_pass(
     bstate, combine, plan: seg.Plan, ops, M_loc, dht, dS_end, dVn, dh0, H: int
 ) -> None:  # noqa: ANN001
     """Local reverse passes over the split sequences' segments from a zero end gradient (their start
-    gradients dB; dS_end and dVn written there are overwritten below), the combine with the
+    gradients dB; dS_end and dVn not stored), the combine with the
     forward's transitions (transposed, last segment first), then the serial program over every row
     from its true end gradient."""
     f32 = dict(dtype=dS_end.dtype, device=dS_end.device)
     dB_loc = torch.empty((plan.n_local, H, K, V), **f32)
-    bstate((V // BV, H, plan.n_local), *ops, plan.local_rows, None, dS_end, dVn, dB_loc, H, 0, 1)
+    bstate((V // BV, H, plan.n_local), *ops, plan.local_rows, None, None, None, dB_loc, H, 0, 1)
     Y = torch.empty((plan.n_rows, H, K, V), **f32)
     N = int(plan.table.shape[0])
     combine((V // COMBINE_COLUMNS, H, N), M_loc, dB_loc, plan.table, dht, Y, H, 1)
