@@ -102,7 +102,7 @@ def render_program(
     tree: Tree, matrix: Matrix, package: str, variant: Variant, arch: Arch
 ) -> Rendered:
     stage = matrix.stage(variant)
-    params = {**variant.template_params(), "arch": str(arch)}
+    params = {**variant.template_params(), "stage": str(variant.stage), "arch": str(arch)}
     try:
         template = environment(tree).get_template(stage.template)
         raw = template.render(**params)

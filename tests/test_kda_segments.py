@@ -194,7 +194,9 @@ def test_segmented_passes_equal_the_serial_passes(with_states):
     o2 = torch.full_like(o1, float("nan"))
     ht2 = torch.full_like(ht1, float("nan"))
     st2 = torch.full_like(st1, float("nan"))
-    M = fwd._segmented_state_pass(fake_fwd_state, fake_combine, plan, ops, h0, o2, ht2, st2, H)
+    M = fwd._segmented_state_pass(
+        fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, h0, o2, ht2, st2, H
+    )
     torch.testing.assert_close(o2, o1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(ht2, ht1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(st2, st1, rtol=1e-10, atol=1e-10)
@@ -216,7 +218,9 @@ def test_transitions_of_the_local_pass_are_the_chunk_products():
     W, U, Qg, Kd, Aqk, gl, chunks = ops
     plan = seg.plan_for((4,), cu, CPU)
     o = torch.zeros(1, cu[-1], H, V, dtype=F64)
-    M = fwd._segmented_state_pass(fake_fwd_state, fake_combine, plan, ops, None, o, None, None, H)
+    M = fwd._segmented_state_pass(
+        fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, None, o, None, None, H
+    )
     for p, (c0, n) in enumerate(plan.local_rows.tolist()):
         A = torch.eye(K, dtype=F64).expand(H, K, K)
         for c in range(c0, c0 + n):

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:032039c38cadf4c921bdf8986a5980b5f51a8a5ace09bfc5d5f6b64613713a1b
+// identity: sha256:a912c929c9fa31d9e42861d1c27306381ec514911391bb5f10a81023e9ca3650
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:ca6657c2f99d9648b3a1f53800ddf0cbacb78d94e6410c81728a711cd3605ff2
+// identity: sha256:fc87940d3335ad9b7cae724fd72b14291fad83a173b83dbf1cb1c4660e389508
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:79ac2c5b382de79e0f9b390b6f93fa0599bdfc704ba09dc8b2fe50d416480869
+// identity: sha256:af5bb14f1b3054ffb37c6883e336d8b1ea49a0481eee2ddf45e54e9e85ea029f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:4be80b3ac9312995715a9c66d1f01d8719df618d5ccecfd9a45006a4a31d8627
+// identity: sha256:901a85d3b107ed90bdf48ceb4d05ce341f5e5743dce8334a75e96ef0546ca0bd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

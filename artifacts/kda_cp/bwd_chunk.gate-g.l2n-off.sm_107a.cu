@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:8b6c0ce549872cb2a227781297ea27c7f4c57d28441d4e8e43a4b81b8e4c87db
+// identity: sha256:659bffdca33eaea4d3363c66a223bb986b79ea62406124013bd20628c397ea24
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:fbd59a37e6208656e5e024af494892b8c9d9d1c3cab0c6c14b36ca8e5c3e8fc8
+// identity: sha256:fe2ec2c1b40f5a7ca7af0e727e3a4daf7f57dcee873fb8159325e2da05f66000
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

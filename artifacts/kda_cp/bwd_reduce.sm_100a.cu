@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_100a by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_100a
-// identity: sha256:bea8c3726e85a6ec5ca8a4bd0c137e2798dfd26133a40ab7d679bcef01969808
+// identity: sha256:fba87d41e587fded3e28d110c9b18790ef2c672ecdc3d10be8c7b486ff649427
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_103a by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_103a
-// identity: sha256:55e455a3a46430dcb53af4cd98aa572ba00d4de89cc99049a5ee12abf8b5d0e1
+// identity: sha256:c03667314deb072876b2bbc11546655e7170cafb709848ee29549cb701b074e0
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

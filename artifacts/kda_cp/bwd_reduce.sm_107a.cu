@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_107a by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_107a
-// identity: sha256:63ee2dea92852a75558eff45377e3b62c99116c18e7f563776984da126dc058c
+// identity: sha256:d2d1ddeab3013789e6c685659804179d0f0bf047f55a33cbd72df66fc89f4639
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

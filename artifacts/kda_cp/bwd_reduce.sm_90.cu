@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_90 by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_90
-// identity: sha256:99a79178670d8841def383bd21fa1e04a32c8967f232929b760cfb52c3d7f9f3
+// identity: sha256:91f4bc0a2cfd03b2f50f34937c8134a45e6a9583422d6e27d297152a15b97ceb
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_90a by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_90a
-// identity: sha256:19fbaf8c9f612c54e4ab87f194fddce61766f60b0c089440839eb260c22c0b14
+// identity: sha256:36dfcbeeceb9ef4f6e6688ce938a289e1565e0f3e95969f27bcabb758e4baac2
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

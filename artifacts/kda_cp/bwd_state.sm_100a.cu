@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:509c981833e155d0103b48c3b1eb25b4e4d32dd33574251487954668bc698962
+// identity: sha256:edfe84c74137df4365daae84f5d04157782161f0a7ce9e536cbf13286b6076a1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

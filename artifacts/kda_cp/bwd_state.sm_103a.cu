@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:3e76fa94a7ca9d8f94ebc858eaa8393d9be082d3430464e66d279b271a35406c
+// identity: sha256:21741fdb7d9d1c4904ab246aaa84f60d6612660f87e463337a68271378cff25d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

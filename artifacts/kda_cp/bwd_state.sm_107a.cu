@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:68444068bf7db06f2513a7a7f979fc263136a6106fc0ecfaf8283fd1a71a0701
+// identity: sha256:4cb5a04e0c9ff5047bd4aa59eb314f243fdfd8a8b206bbe38253a6813516002d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:67ffab20a1554ca3b2620118057439ba35d405ceaf1300a91365ab1bd6120686
+// identity: sha256:5591097397f531f84f45580ad301bd105609778c09383325869d0d77f059cc5f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

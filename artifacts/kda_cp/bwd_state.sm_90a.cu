@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:fec8f6b897abc0647e97756a95f6001522f20088f85186ace7d270aa5e7d3f0f
+// identity: sha256:f13402c66d0981a982592e3f15cb68cf1b95d952e8d6836ae9849a2b2f0687ac
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:75227a38f237221cab7e25ab2f919f3fcceefb3b6d2e2c96ae5ae4c387fecf92
+// identity: sha256:cba4566fe3ab2a790cb0fcb66ad01dc3b081c5e3dfbb5eab803167069262be8c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

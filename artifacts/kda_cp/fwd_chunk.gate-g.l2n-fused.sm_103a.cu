@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:f22012c2d5e174f915cbc64bac6caa518602caefd73aa15d03051ebc1ffa51f3
+// identity: sha256:a35d72f5ffe6db7d2cf245276c6243e38e7403de9b74f1d4e84bc1ebfa2aa22d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

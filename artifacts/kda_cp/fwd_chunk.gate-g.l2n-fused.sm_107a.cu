@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:159cd6011e13233db54af3b187526da981861c7d466b86c8da702a5cb0a9b674
+// identity: sha256:dabd0f39d82ea3425f6063f3d1a471e4c4feec9e782206b953c752ad887056ed
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:40f51ad12cecdb1db9e85e0c0178737e2ee84fd41f6e197fea9f5f72970a18c8
+// identity: sha256:8d64bc5624ecfd2b9704e2feb1266620cb33ccb50327e3330c8e6a99c2b36a57
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:782ee9f06af90c95b393bd8248730a068a9bdfb13656d260bd22bfc58e85196d
+// identity: sha256:d2047d6ffe7d1fd3418c126ce644bc4c09b28d8dc2355f18fd8d5ec09d1c4046
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:ca54fa1911e3698bf1ada25b8b4425cde515a7e9f982d627331d0aa7308edd0f
+// identity: sha256:bfd469b69b070c7f965ca57154f136d9d1af22fe781d1eb0f3be315223aaa271
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:515296e467a14c305698f57f238a5f088657337228fbc2b63ab8ca382083bc67
+// identity: sha256:6c061c3fc2f0072af808dc00ebee82182dc75320843377f090528ed594bc1e57
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:7d13a882c9e15a3768ad57be3b4094c1e0bc27262357b5bd5f1d22436eded1c3
+// identity: sha256:e6ec9be808bafcaeab7401a84b0ceda3476293f5a823c0a04f69b6803cea0618
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

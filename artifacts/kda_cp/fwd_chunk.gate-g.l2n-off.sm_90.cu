@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:324278d913694f1c55d694edec44405d85d5272a4332ffdd7e8c85cc6014fed6
+// identity: sha256:137f09857afe57f135eef0c26fd645ab9ba7ebcd7c24ed7ffe506a8ec086026c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

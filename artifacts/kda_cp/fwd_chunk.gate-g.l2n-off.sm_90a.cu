@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:ff062a125674927c8444e1c6e8d3a9d5a05d474d896c8b1b71b209dea434f23f
+// identity: sha256:1ac804e5845f84ee740bae0808cc266daef1fe7266e744f335cccd0894897acd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:4e750181a0ae65876339e8a5d1b3db9d5105866d521603ff8a2c3bd3a71738ca
+// identity: sha256:e0fdf7942600b7be9491a50842a71aa4015ec7708dc55018677c2b2706a88a06
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

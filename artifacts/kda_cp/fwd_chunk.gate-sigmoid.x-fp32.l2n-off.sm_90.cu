@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:9b7d577753a07d50a440ecb8bfc2a774b09eb7e5aaa71d5437adbe8dc36d5519
+// identity: sha256:d7b961b9b0e20b6c3a5fd608eb08e495669b9e44b52293163b4a6e950d67f631
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

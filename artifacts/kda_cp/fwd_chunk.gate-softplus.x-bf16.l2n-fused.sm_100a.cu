@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:817b73c7423a9cbb1c7f303b6e213df95b7f2270ceb0ace48e724d92c8744e52
+// identity: sha256:8cb82300d9f7f9b5fa63153c6254ea163b1ddbe872dafc12a4a7bc12b6d39374
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:2caaf5e6e3a1b184783ffa1a9719df84eb920c081885cfdf568f83c543bafb37
+// identity: sha256:ea4ca49ffe278445c613bf1552a857aabf9976974bf29c40f85717ca7a79a8a7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:a13fd6cfd458decc8f054bc6408755ce6474ae1f562744529d2c4e844fd1ca9c
+// identity: sha256:78e31208d106f898acb56dfb6d7a78bf0269ee6932988637a1ba18c83c4212d3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:9527f83e762f2c5fe6c4a61df55a40b9aa20596860b9811bfbc20f4a18736fab
+// identity: sha256:7adc2ced2b93efd9c74fc52647257a22f90754d82c2628d5a752d12f939e4922
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

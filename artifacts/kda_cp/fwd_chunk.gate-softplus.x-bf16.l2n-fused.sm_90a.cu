@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:f6f9dd5cb3a65f5281cabbfa796564bd9ece6bcc3232e29528c3570d8e2ec2ec
+// identity: sha256:ca7b690d086b3182a6a9caa3afaac0e7426d56efc9aa29faf191f6d345ae0c00
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:4f4e107184f3eee5c27b2ba25bb65f6ed5a72e549a5bc9ef834040612f42595b
+// identity: sha256:7b07fab271184eb333765e4895c9564526017d06231d3511a590fe9c24730b53
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:56535a33c8c2fd6dc7c3d7097b2f1774e72c52772e8cfe42fb67616146c53476
+// identity: sha256:9f6a77298f7dbe3b76e521631a759d97fbec2ce9158afcead8557f4470461a5f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:f1b434d9a113b52d288457bca9f649671a210d50c986445baf0fafe40163bb8f
+// identity: sha256:299fba539cbc00554b6e136b9d2d800f89b1512e0d6071b94c615831353bb1ff
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:586843953dcd60cf3c278da6a717310db3da24e4b2e84791b01cf78148be3544
+// identity: sha256:c41b00304a893c58072825ac9d19a1f665ec1f30a97fb8267e79c0210e4b5bdf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

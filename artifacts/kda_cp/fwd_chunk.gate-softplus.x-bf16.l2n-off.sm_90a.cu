@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:f0f0160707ff2408f2934676296a5310972e9149f95f0f4226501d1ca022fa19
+// identity: sha256:2c3efda82f86a9f47938acee5f3a713808ebb7d605c6b1f3aa8d7e6c838568c1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

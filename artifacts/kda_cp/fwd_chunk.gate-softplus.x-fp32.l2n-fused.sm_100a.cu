@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:184aee23b9caa4606e4eeb822c9f07938cfa11dad3d6a308784767cd1e8ea573
+// identity: sha256:320db003507663c4573e7e4cd94510782a88d30666199584c418f07f69cc29fd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

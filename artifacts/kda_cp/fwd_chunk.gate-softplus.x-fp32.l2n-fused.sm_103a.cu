@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:c89a82f3bb718aa2baf49b604f0ae47c9dcca523f312f2a4b830c3b43a70f18e
+// identity: sha256:d7df177d354721541003f4b647905cb8a134b9baa499d0f0cf82b968325f1f1e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

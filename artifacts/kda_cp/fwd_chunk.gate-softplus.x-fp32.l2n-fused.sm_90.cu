@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:0e91d116ad5960a6d7ea71a79852c589d41ecd6376a8e0472bb4a1f0d6865902
+// identity: sha256:518acc57c270df90db35cb0771f911b367a49ebf1c13e813e0a0fda221f051e5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

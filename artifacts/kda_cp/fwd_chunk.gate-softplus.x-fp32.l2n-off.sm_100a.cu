@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:f821dc4af3790300564a66e0256eaad9799bcd2c52f00e0df1e2310975d82bbe
+// identity: sha256:bfc1fe5cbd7b9ca44adbd9a9c0437d2f1ead88943ef84adb48ba7df2bf0f7d42
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

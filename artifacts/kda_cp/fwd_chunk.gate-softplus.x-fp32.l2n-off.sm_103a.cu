@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:46277d9fc71f83c013448301d3d7a45c0432c17f9ea1c2102a2111d625376c6a
+// identity: sha256:5e95f5ff5c592433ac36a2a540133e1f219ef3bbf4d1ec41767ee8ed095e40d3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

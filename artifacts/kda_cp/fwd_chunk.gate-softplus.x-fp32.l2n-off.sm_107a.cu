@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:a5248a3c9b52a7ad20c42edd2aa94e7c66043242d93911e8a15661b5fe055f20
+// identity: sha256:7d25f5881fa689b41717abcf62b3ada1e02dfd7ee0650b2c34d03694c6bdb199
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

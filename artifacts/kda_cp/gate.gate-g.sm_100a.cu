@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_100a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_100a
-// identity: sha256:7f2c793ad86014c8731e597ac9b5bf6c2e6c246cfb47df0dcfe7ec56eb0597fd
+// identity: sha256:a23e1486e4c706a48991437aa80db862c8eff80b0600918513cf0d98d8350c16
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_103a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_103a
-// identity: sha256:0fc11765a7459017611e4e8133fb7d241034d8ceb98e3280f6a5d09bb94dc0ec
+// identity: sha256:a34724c0995632a700a54e7164d5ef9984b2fbbf1a28f6586753897cdda41dd6
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_107a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_107a
-// identity: sha256:ec77e0eb10c130809f38b9c10d65b0e3b00d52dea0a7843ccf325074efc7f7f7
+// identity: sha256:44d52afdc4cbba0f51065244f6b13469439b2e3369978383f85bf58270f86dc6
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_90 by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_90
-// identity: sha256:042233f37fe0f2f028d713a7bfe1af3f2a38f601805014b88c9473919c50867f
+// identity: sha256:5b5ea1b744774e5d064183907e7ae82add9eb691c8619c7d5ab11f0ad8b3783f
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_90a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_90a
-// identity: sha256:156a3ee14deef24514e4db590fb1d46feb6fb5d2201a21e6d4b2f7b1239ca64c
+// identity: sha256:252d8ccb8ea874200802aca8488d6bc077517a657808c462df28af258c23292c
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

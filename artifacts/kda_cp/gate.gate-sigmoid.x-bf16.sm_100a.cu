@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_100a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_100a
-// identity: sha256:b9758ee2d2842ab90c637f9355ee175cb87e4b1236596834d4974503c43f440d
+// identity: sha256:bd783d5899667ff5c5a010e76c6b050da439f2d4875915c71fadbd058f9fa4ef
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

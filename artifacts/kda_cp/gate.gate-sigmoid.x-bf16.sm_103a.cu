@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_103a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_103a
-// identity: sha256:0b05bc8ccb2d1fbddef6ff9c2cc1843f04fbf661f843b38842545d189d2b701e
+// identity: sha256:b379b1af406621e5de5060a80e47a15148dd33077a9a10942af86ba4ef9e6be0
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_107a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_107a
-// identity: sha256:f5a2527ae098cf20f5b40586b9dddd4d7b3cb75de8cb902bd4a28cf928f68c3f
+// identity: sha256:84825be192d110f4cf215ff93317a4a54187943f0e7c2bcdfe1746c501a13c81
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

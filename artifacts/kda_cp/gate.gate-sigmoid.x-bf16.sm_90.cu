@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_90 by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_90
-// identity: sha256:ff4d367780309c47f2769d63164aa64f39abbe499f9ee45d0aa0e75dc76e6369
+// identity: sha256:727a082eaa029361de89fbdb4b7ee11e206a150c252c98b69c863ed5b80ac2b8
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_90a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_90a
-// identity: sha256:321ddc6fe41832c46064587785605997afb3e4b51e879c2f750e528120bbfe55
+// identity: sha256:6be2cc4a96c1b49facd767a1e08a8d09fdc0a9f9213a317e2cea91c495d0ec59
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

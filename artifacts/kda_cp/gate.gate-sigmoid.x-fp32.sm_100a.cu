@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_100a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_100a
-// identity: sha256:271bf79dc44419839b674fdd94b40f5cdb849b8c875e89f37f452e3c5de48cf5
+// identity: sha256:427d9f833483e2d2257b2bc4a5d2f660fff6b9f13636c64e29a753a33b16ed64
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

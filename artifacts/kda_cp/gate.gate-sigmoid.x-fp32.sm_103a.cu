@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_103a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_103a
-// identity: sha256:f4ca80ef0b088072919746beb779a6449097d160b0851045e09cae09c5e8c6ab
+// identity: sha256:b2f20b6458d4bbc74cd249964862d1e7c74fba1726f7491d7c703c2dc18742a9
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_107a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_107a
-// identity: sha256:d503dd0c14fbc307ea09bf9d53cc66e5a66fa80e19409eb6e05227d207d72df8
+// identity: sha256:7d649303e3b678424b6105d881ce98fed4037b8d70701fac6ac412917e8c8e42
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_90 by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_90
-// identity: sha256:f8aef44693e4ddfa847ff27418de44a89a324649e5c5a19fcb80f97d910823fc
+// identity: sha256:3bc8bd88aec7ec9f7a6f136678f57988601348f398a9e280cdb96e4c4a7e9beb
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_90a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_90a
-// identity: sha256:9fdd55f09220739ce7956b31d894483a0ac34b9bf8524c1510ff57e89c427904
+// identity: sha256:7309b7c3b2c4f2ecf613f0b362db9f5ec48d2c974f990f523358b1248308bf78
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_100a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_100a
-// identity: sha256:578dd94e2dce3a4b7f9e0541316f322855197953d0256fa1ffd5ab90c4515a3a
+// identity: sha256:ad097b6a249325f5e7c62aba4e88828bd66a94295228c35a239c4de4786bc5de
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_103a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_103a
-// identity: sha256:7538261dbfef7389396f786329801b3d8473df05e9c61087c192d1b639860975
+// identity: sha256:e19c94a0d889c5bde707e3a4065e16679312e1eb166d17a42dbb7e618743970e
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_107a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_107a
-// identity: sha256:18ac659570bb2ad1f998c561bdf9e0ba4d1a30ebaaae5b5960210a7a49459412
+// identity: sha256:0eb462f5842a6963988408d59979f8a693b6eac74a64f87e409fd003ebb31611
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

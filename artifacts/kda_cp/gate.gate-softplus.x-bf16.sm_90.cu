@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_90 by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_90
-// identity: sha256:b8a8072c86e5dd8dd5881c7daee7b6a17e1ca4b26c564b8b23aa3e1211931ae5
+// identity: sha256:5298b9a57cc0b6528e302db9cdce17cf3824c1253d053be0eeb11cf9db057abb
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_90a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_90a
-// identity: sha256:e5da17c714236207476289c8444b1c85ff8b72d3ef39d455f0c53de94e1f961f
+// identity: sha256:6ce859065c411821e1f160ac5125d4cccac3a02b5457e64fc2e0633f458ca8f7
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_100a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_100a
-// identity: sha256:95af8bb664ab14ed6efd8c74ec80dcde90a0a6abfc05670165fa38161bd968b4
+// identity: sha256:2f3a356e942174cd8210fdc0a8d09214690bf4a276845c32f7763d3b3f3a2e11
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

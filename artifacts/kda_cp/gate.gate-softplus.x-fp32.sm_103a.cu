@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_103a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_103a
-// identity: sha256:8d323a3d6e9ab616ec6cf8f49b2e20cf53db19a810d418de7d516f54b631c8d9
+// identity: sha256:96a7725f04cd2f59298d14977fbe55294d3045ef619cb0649069de95ce38ebbc
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_107a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_107a
-// identity: sha256:23acee39aeb6bd44d3aa0c3faceaba0d626604e325a65d268f0ef39c443bf05c
+// identity: sha256:4409b5eda9247baadd8d3441a996b1b95498fc30b6e02836b450eb2963636b5d
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

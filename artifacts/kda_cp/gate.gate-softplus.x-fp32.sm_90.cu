@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_90 by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_90
-// identity: sha256:c604f09554bf4af67c84d9fc2d167de9d239a292847e15db41c7344afdc0eb88
+// identity: sha256:44e270274de33a1867ddc6a9da1090d2187de12222e8a5b5f21058e8c392c6ee
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

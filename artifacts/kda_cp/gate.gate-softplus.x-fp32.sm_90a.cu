@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_90a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_90a
-// identity: sha256:0640e78db9165169d6ea3c8afc1688b8002f77f42243447be44deb24e729160c
+// identity: sha256:3ef94555b0661bfa87676a468fd313585eb19ce427a77f77ec2a07dff9f0d2fe
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

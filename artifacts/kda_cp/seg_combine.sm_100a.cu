@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_100a
-// identity: sha256:7444425146c79c2bb354865fd8396693bc91465cd475ad3c665f1b3ddffe7c9e
+// identity: sha256:e6adc92fbd26c1b5e0749e97a8582c8347167bb6d8592e5999c11dd2c1559d6a
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_103a
-// identity: sha256:ad02b3bf5bb13b385378a21e9b7baff4a032936bc5c62c73fc8bdc82b0ad3a6e
+// identity: sha256:5e4bcc59ca27e832f04b004a90d41cd814bdd92c7c22689785b034fd4e61a216
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_107a
-// identity: sha256:9180c444c17341a2bb6329f9bbfb5ac87b8d45db10bdb168f4eb63f6d7828c88
+// identity: sha256:cfc1bebfb938d0f89028325258e6235a448f59196ab2da589f732d165b4d8b00
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

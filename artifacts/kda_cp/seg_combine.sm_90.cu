@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90
-// identity: sha256:98e445257cdad10baedfc99e854f832c99887bd18ab7009199ce1b30238d56c6
+// identity: sha256:396cec371828a0c7b5578ef445fe46c3c5fcb51f7c044da9b25c85640683a64a
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90a
-// identity: sha256:64091cb9e41c87236c16115d50764f953c72a49dd731d819e420a926aa5577d8
+// identity: sha256:e2d775d95ff02f1fa8abaa9c865a1c9586dcf1d35a819091a612c42804abf756
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

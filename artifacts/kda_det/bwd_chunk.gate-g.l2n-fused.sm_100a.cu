@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:42ffa4b2f41c60a9d6f51cc66682aa0ac57b8dcfc703b8c3d46e7e26c5521f1e
+// identity: sha256:5cf5c8491da49ad366a6cb90b13fb1d72bab0cb6ffa8f794ecc88b72bfae1ce1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

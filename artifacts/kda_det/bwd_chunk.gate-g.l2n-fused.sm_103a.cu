@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:3f3c049d407f6bcf12da8123b350608989c9802919f198921ce742b5b3655d62
+// identity: sha256:3f4641d2aa57df2f9d749e644fbeae66d1f2a7046d19190af2ba88e590c5f13a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

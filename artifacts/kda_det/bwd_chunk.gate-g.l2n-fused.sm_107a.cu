@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:59399e18181e4578e147e751ccda543492a70ab95519eac1d07cdc2d578b6b6d
+// identity: sha256:c15e88294234042c8a117d40faa3a66682a557fac21592f3cedcc7b7eb27c191
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:fe0d5c6fd7f629c5f2974c65f77aa62d68eb1355659abfac45e81ec04493fd93
+// identity: sha256:bad30de715f63ffbce0cbe8490ee5a34de2defbcc5a06e940e8cbb709a40a122
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

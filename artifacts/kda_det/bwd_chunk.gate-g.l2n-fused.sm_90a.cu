@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:302bff730e2079a472019c661a9da51dfbb1ba62b0ddcfba6c7d910fbf82cad1
+// identity: sha256:e07c06533d194522bdb2251fb474ed4846f5fd2fea3d993c301a85564c84a8fe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:215e960cdb7f65088cd86db0600224c0e0833a57d6c9c49e26f302c43a902c67
+// identity: sha256:eb55423f41666bc4abc23e462ef840b5f7604a888ade47433dc61d49b0388da2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:983d2fb5db93c27bc63dbdad361c2490640d2d44991ff204879c23d0129826ab
+// identity: sha256:45eecd88d52b320c1528f1879af04bbfc20ca617faf2b0585f96754927e81e5b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:e695db74b75e7a3f278a72fb9b5e41315cad368f3d556cbdb6b5878b2e29a376
+// identity: sha256:48e52f673a1a459bb603dcef12c73ca3cf6e99c539b666463ce524e292cf61ad
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:a5d0f4e49371dc2cbfe7c84e47db1674028c12888f968fed6d1b8b4296ffa6c1
+// identity: sha256:6fbb70fafdc8b865aafd9b2c8e22a98a43e9534c15dbabb8ff89fd2033b345df
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:87a74f867e9edcebf66078d517ae9c921600f67235e648bd36d1145462145163
+// identity: sha256:9b18758a3fb8f0b584f2a5c7aa636fd85135c331cef933d51fb05a804259ddcb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

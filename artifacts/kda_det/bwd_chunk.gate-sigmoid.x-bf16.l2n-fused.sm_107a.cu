@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a
-// identity: sha256:d58b3d26132cf834cf4b9e6bc7f14bdc105212a6d037eaafff5bcc55918f8595
+// identity: sha256:a22fc4dcff4db0230f5ade82d61ad7d4e12372ebc5a1d21b9157651adf4de73c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

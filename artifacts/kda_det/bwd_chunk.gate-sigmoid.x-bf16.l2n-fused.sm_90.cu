@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:d9dc8a4997bf057a2601c99d6868eea9335eba8454ee968207f8ffc2c2db016b
+// identity: sha256:fd39b8de112c01f18a2c259dc9d7f3f4542883e1a3d49f65b0c2fb53bd5916f2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:3e06ada0ae35f9e1c9632dcf3d6d2a6bf18af73a5d928a843f8269e9c2a1f4ba
+// identity: sha256:6142ba56213b30e4ebf4ac259ecc999918c81decf4c5892e2d20c8dbc5d552ee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

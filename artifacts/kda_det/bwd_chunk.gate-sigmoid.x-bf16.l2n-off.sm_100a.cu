@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:903bc8c4e6278c9c8fe07aa2f1901f10d5815d0cf80fb9e01f092fbe826d9a2a
+// identity: sha256:1315a325b1ae716225f3aa1db046d59dcf5829feec90f9191d54ab1eaa9e7a21
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

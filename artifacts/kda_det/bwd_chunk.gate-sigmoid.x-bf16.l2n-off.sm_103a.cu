@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a
-// identity: sha256:ddfbfb38d6b5c1e26cde4b903201aafb6af5bb0b8a8b9fe3561f2ec704772d18
+// identity: sha256:3eb4d9d553047396251facfa801dac079bd7ddfbfda8a1398f640ae64715d090
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

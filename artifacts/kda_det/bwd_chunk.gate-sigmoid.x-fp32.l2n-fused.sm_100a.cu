@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:ae9740bb3c49482047164fef32cabfa96fc2d4952b7b1fcd1c099bd078a6d2d8
+// identity: sha256:c1f05a86a1a454839468975293ac56c6582ca7fbc75c4e46f0bdb6a1f87015da
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:cad457bba30fe7b53986cd639e8ebf3ed427375eb718e1c46f735ebaac96a429
+// identity: sha256:6c0c5aa7e9a0513f43b00b94aa0d5529aaed380762bd3e885195aa6caa6c18f8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:aa1a9c41b2fe8a713a9dafa2ace849352baadfe453b114172e99586e8d1f7ea3
+// identity: sha256:aa8e9a4c02ff1d2b35ba4605801a90b640c54f465f04c756fd1ee078d0504c5f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:35e86d553f627d1c0b5897565783f880929205404141a2c35cbc7b02b0cf6c36
+// identity: sha256:7679b729f346948fb1639f78ab860210714ffb504f401eb0cdfbe48d78dea3d9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:a5a1bef649c6e85f0209d30d05d7ea9b6b3a10643c8c8e02a7c92d9328a969d8
+// identity: sha256:af6ae7d86e2619049d579423df4215f7b16ae3cb7fb078fc15c25bc4715b5cd6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:fccc07f174e4e201afcbc0d67c82ccb87da5bba3b67c40b8c5371067e6647e96
+// identity: sha256:0cfd61729d91d71538c650785a8e41994bd22caac442f87745d8fa1ebf51f5fb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

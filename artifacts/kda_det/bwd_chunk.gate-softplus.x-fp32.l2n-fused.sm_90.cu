@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:d94b98a9ec3e9249012d5692955d53131a9e6db98a3ac99f6ae2434436f19d90
+// identity: sha256:82c2c1d5f7de0fd32a46cf19ba7f8ca299ffd6dadcc38146eac811ba0d6917ea
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:e47da5b47519eea2beb9200e2e5b40ac668d1bc8d7b56ce77365e171e8663ba2
+// identity: sha256:86b84f371d358f7d4272f0d15331dbc9054b64e5fd08188e7ed5a4c4fc757823
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:f493570e702478a7d683f6d34cf0fcb6525cac9eff1153c96ec01cf3fa8d47be
+// identity: sha256:7d952e317978ee446ac1004467c8191a81ccb4625ec4cc64796ce0d69fcbd6b5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

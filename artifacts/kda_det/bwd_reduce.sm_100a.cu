@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_100a
-// identity: sha256:3fe84f7caf7f6e0602afd61c16be2b99bb9b72fa5d98830dd107da6823b68504
+// identity: sha256:38dcc814292040aea5c4a98c4cd30242854c91f73ab8d2e23e86937e1886626f
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

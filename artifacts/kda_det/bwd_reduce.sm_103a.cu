@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_103a
-// identity: sha256:72e83cdd5a0bc89c089ce4b8ccd4230ae9e52edca2f9b61ad05bc14ed4ce6a39
+// identity: sha256:86b7d81de6cdd87fb72970c16228ae48c4eb5190b65579ea92686af0064ea54e
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

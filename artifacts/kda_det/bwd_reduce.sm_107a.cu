@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_107a
-// identity: sha256:c012d79e6beef3eb499c5eb6d3a2954046ccd63883182eee93e162b096b2aa98
+// identity: sha256:c63d61f9d18d9901103be8d7cde8d72e5e9d800301318b9b4d36e5b7416756a7
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_90
-// identity: sha256:3b994a453fdf2b7d9087a51da4b884586a3f0319c758330f9ac3c3483aa627e9
+// identity: sha256:ac16144119ca7b3aaa7ddbf64d8a37f7cd5e7185f4bf45e6a3831973213263cf
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_90a
-// identity: sha256:dffab5b3128efe58e7cf556bb1ec414dfc62bdfe06c2bf0e25894c02c1f8dc64
+// identity: sha256:726718311a2319543e5dc38143c4e3d23c14b0c95ad2022cc0d6ba41c68388c6
 
 extern "C" __global__ void __launch_bounds__(128) kda_bwd_gate_reduce(
     const float* __restrict__ dA_part, const float* __restrict__ dbias_part,

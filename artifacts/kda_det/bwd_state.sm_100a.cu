@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:f5a1b4e21453eb88d47e4f79848694ab8a2710bfc0f461f0f5395129f44d02f0
+// identity: sha256:ed5dde71fcb063ef7e683f5f4a1ea5a49bdc861671d88a1732517c0349cc662e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:ec433f03950a427943ed1c2599da2eb6b1eb4c962b23f418bf4506d7c4d27625
+// identity: sha256:676f5b037de4c5d7d2bc8fb66ba62cb5c9cfd5385c8682897e32d32c41c69f2f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

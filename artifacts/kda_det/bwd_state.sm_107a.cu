@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:0ef33450718c16fde69df6309bc4d239314401ceb7e8b97ce497aeec286b934d
+// identity: sha256:fcad44973e4d4afeaf40c24f8863aad2b86a6ea89125bf9c7591be10109e8e71
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

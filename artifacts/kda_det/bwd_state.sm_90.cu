@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:a2f510993dabdbd5138ec1c0dbc60a51cfd970592c647ff2ccae5576c905132f
+// identity: sha256:3289a123929ead21a71149d2938496d5f232f2bd9738dea772ef82c644c042e5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:942f62f74cb2f422242b3604eea7477998a11a911fa5d470d6b6f8f6c621878e
+// identity: sha256:d440d219357da1a572b3ae56ab2bab83a5db3739959f2dae5fdd3a7ed4ab4db2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:c94107fe1c2ba5ee89b371b19c5c665a629f83363164a4e7453056b94b8babbf
+// identity: sha256:7f49a9ff2f2d32d5ae378e0c2d8f07025996e7d6f36f7ffdf2527be41e34c0f2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:ff625f4ae2bad4bdc8d97e79f1ef298a83db8a40fccd2afd7f3601943c56d33c
+// identity: sha256:f32985d745ce5f2fa0cb52d79f8fda763bc3022e143c1450a383d1f37a48d2f6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

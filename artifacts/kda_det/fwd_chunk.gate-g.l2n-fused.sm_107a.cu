@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:d69f36c2d551e3fe4888db30e21347245dad4d1df4753186892ed76d52c375ea
+// identity: sha256:389f3d70a4fd5cc19f4f058882421789690d5808f93bb1105accafe411a38814
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

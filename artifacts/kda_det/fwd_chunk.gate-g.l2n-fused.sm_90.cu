@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:6bd61d0062412f42d6f290f48eaed0ca21872cd8abdb34cec3f5fd4a96de1946
+// identity: sha256:d0043718c9bd8d51e16c01cdb4497a05abe7227645339bcde5c9c88c7ca6cf9e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

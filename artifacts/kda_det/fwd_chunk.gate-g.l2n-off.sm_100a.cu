@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:8bed993b50f9e23ce09e459490a047f58e9da627b56694292c1b00b292dbcd40
+// identity: sha256:e62f6089248e27e40253b5b4b9224b483077b0e2075de03305cf7057b3e3fd1e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:28344d155b62598221d0609d6041d9b217d7a207136e7ce9243c9b31239cd967
+// identity: sha256:a96983619ac2819759956ad35eba9fe83f5ff44dd60ef62f8baf1fda0e5e1126
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:18f35b50439fa6f7f37d24cdba55bcee1dc9f80ae1983bc6fbcd5f0bb286fbc5
+// identity: sha256:433390a263681c31275b8a501d8c38a9a93517c435b2a8a56d98522f6ecff96f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

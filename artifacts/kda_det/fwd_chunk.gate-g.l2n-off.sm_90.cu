@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:5c41002de0a038d0e3da6e01e680afb0c521657c649602de75b5dc1f2608e4a9
+// identity: sha256:d40c095ede82afd6ed984f2749a3a9a4dbf18f298fc81c54e04c390cd9b24b8e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

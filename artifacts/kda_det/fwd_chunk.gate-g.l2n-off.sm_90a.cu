@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:ce5428b939cee1ec81aaaa3983cbe698c74ac347a3cd436cbbfacdc0c96b311e
+// identity: sha256:51c53dba871af042dea06da36f1c6de59f61d0b4919f27a38af02a2670c0c154
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a
-// identity: sha256:a2e16e2546aef414e779c9200f9a733b4f5da549143fe8c3ebfe32cd9a5c23bd
+// identity: sha256:edd786c4661b4d667ca690a37c0158e160bb6d27c872b8a2257e1e6b81e75f8e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

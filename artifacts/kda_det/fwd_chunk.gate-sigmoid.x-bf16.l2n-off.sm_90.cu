@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:6eae635b95fe7aba7cdb47fed0dc7f77a042db6d5a8e9377d4fdaf70ff7ca675
+// identity: sha256:a89962047aa65d4a3cae7193deeeab7925317bb347cd7b8e678559a088d5345b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a
-// identity: sha256:2f89cb10ea546923bcbc9854f3c21dc8b419d5e907ccbccd58e06abbfe04eebc
+// identity: sha256:01f9bc76b5f8c0d973bfde5e05457384e9f5a00c5be76c61dad27b06409356ae
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:43dce28d9eac82dedc5dcc374f7e6ce485966842c2678ee0f90363b9211817e0
+// identity: sha256:43b406b6c64c643581be2cb2a65dd5207de80cfb3f0c24b1345e18b57f7b5e86
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

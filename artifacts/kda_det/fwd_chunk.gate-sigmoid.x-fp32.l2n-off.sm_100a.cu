@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:218a503bcfcb602139ce964a8eedde9e949ba2d3848bf1d6c06129ff7cf08ee0
+// identity: sha256:449a70bcc4bbbd113480407cf1b11cbf2513cc51591a309e7af217bcd9a6f20f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

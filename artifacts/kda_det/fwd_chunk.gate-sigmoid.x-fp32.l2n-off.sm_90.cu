@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:f88e4caf5aad7ad4f42afb3d572a55401bb484fa940ad9da87c91b26fb1e8a25
+// identity: sha256:cf50ee0fcf5510a419d7c08823200fb53b6a7195b49dbe5356a2b87f7d20b4e8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:9184bb7f67eab29fd205ff1152bd8aee7c06de6d397e7b9909ceb0efaf8de4c6
+// identity: sha256:9dd8f5d62b90ad4ecf70d8cd2cc0da08cafbfef2b78dfec344ee1ca0dd02d137
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:d8e953915c8d4b9e2e33c4b9580033f6477d6dbbf73199b0fe8d48d1140b085a
+// identity: sha256:1a190ab25f4f91ecce89fd4a1ce731f644b65be0207a134a8c3ef770c1fcba62
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:d6e8b56cd8081081eba4a82ef87052f4a4a05bd04cd8b645a6bec79cd82876fe
+// identity: sha256:72cccd3fb815aedf80d09b11fb9e45711b5ebd770e22a41b6bf6f100f3d03001
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:5636e41f2d0c367c62896aa4f791230569c4c156d805338e62bb3d1f650b2248
+// identity: sha256:1440bbd6f1a38896b0d74218f943d516e2cf1f4811c4fe34cc5dc2e883932775
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

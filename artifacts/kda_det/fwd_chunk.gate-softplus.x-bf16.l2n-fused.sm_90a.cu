@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:ef93157770f54e12a6157312b6c05144239166ee8e6a492d36e27254d5ee0d5d
+// identity: sha256:7cc5e0fcb8414c77be5b49b7842a1fb1ad36894b43d8fdb3dcc460a1005efe5d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:8a5244c5ea655df0d12d675c27ff6bf7ab1736d79d899e97d306aa5dc3a6a7cc
+// identity: sha256:317172dc7a197cba6861fc460344085fb0ec97bde973825d852038d1649ba3ab
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:86bc6f074b8325ed0551d89713d3294a83ac0bce749f3235470db0847477d2b5
+// identity: sha256:0f0632d7d439979656007240ff7da6fdfd6a9f0592596751cb2414d14ce6c899
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:ac09a944482e1f8368af54a2d9e3dd56249b38cddbee36de5c152186d3c247b3
+// identity: sha256:f64ba39928fc5e9dc209d0fc9b3a0f4249d1afa58436c10fa6161b0d32e895f6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:11891a8f67ad889e406fb0dc3afeb32cc6c9daffc237eadf51ae19fde8dbafb2
+// identity: sha256:d25bdcc653138e66db0d5fcf1a7d5551c780207c744375fae93ff398ee5a5fac
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:71fd258f09c303176cee6a57fba6a11649aaa41ac3d5b714f52d453d081295c5
+// identity: sha256:6d35b20479f2b86f72039aecdbb5e19f2e2f9aa2f65864e43c4cec8b9a5b87e6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

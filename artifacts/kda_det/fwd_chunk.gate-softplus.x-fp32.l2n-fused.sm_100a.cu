@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:fe70526b37a89b6df1f54f2e169560801fca09b732b6ad8aa36b948bfa7644c2
+// identity: sha256:7f5ff525d1dbad8fb54057322357c140bae22c6fb74d9f1788279f9e6fabdb38
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

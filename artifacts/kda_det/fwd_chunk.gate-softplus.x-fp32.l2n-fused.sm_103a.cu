@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:38f7edcae243521e6c7d78a9c5bb9a38d66b74b0da3d18dd8425fe3424c19b21
+// identity: sha256:78ffb607873224a0568ebc3035fd0c67c4d631836fcf91b9fb99fde5df4e07f9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

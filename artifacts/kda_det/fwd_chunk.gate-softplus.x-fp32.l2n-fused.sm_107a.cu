@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:49fa747637164eb09c7e6e952557c2d15bb900bce964c838e0ce3c036cced2a6
+// identity: sha256:3927b58b42ee07f6388b55666b03062b3b747fcc52de2e7389178e5e887d4d11
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:dff92f7cfa7cae65a7edeee13cf94ce085fc31767df17a6682ef641d272107ff
+// identity: sha256:d8140332da3067beb69e177ec959823712d479741db2f1a1b1ecad0df0200dc2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:fa36607484b14e8231f9eca93f83c82d8c2081a11d336a6bf8357bfc8d29dd11
+// identity: sha256:556f2dda05dbd05e1b2ba4ae6fe65ff08528f09b86952f7c4a6aa8aa643b845b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:bd9a957ebc30eaf72b0853227f3922bc8c8180c0d68eb7a2c74f02c3e8689ab6
+// identity: sha256:83a4099156753e5362776a008ef85f699bcfd204b72913ca6794ca2778a5fc0c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:b65cd925fdb0d83fbf37c1ce9b2b85af424d0d0aadb3750720d7545ed62e2322
+// identity: sha256:1b88eec15f94bcfaaf0f82c36c76270f5a91719ce6bba71005725b13258db829
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

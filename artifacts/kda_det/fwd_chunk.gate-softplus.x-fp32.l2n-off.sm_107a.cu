@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:a393700ca17a944cbaf12ef2ba315701da90ccf3ddc3bcd5c13b961bc2392cec
+// identity: sha256:6e3f92ca3854fd7661b9c6d380b5e17a89810e0f71dcb2fce63ccbfdb0e58986
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

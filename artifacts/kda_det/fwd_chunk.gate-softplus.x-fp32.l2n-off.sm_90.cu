@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:a0b7f8525c0bc7da349300f55af2bcbc0ceb10b25af359725c425465031f7eeb
+// identity: sha256:663077b1aa6e0713925d47b96d4b599ce7aa3dcd7156115e7ad86e61a297a1fa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:d4072f7267abdfb45dca26c447e3318e5a4fe3f5d448fe7295c8a3432214080a
+// identity: sha256:506c4c7b16633e043a675872365593d1a9045ab1b8fd6393d3960927c7dbbab0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:30d05b794d2540f1e0ee22414744e1c508c912259b727c39db7ce6e01bb84c5e
+// identity: sha256:7585ffe183aa28436c5b637827b6f465d3d6398cafffa13f00a0a8bde43f4d61
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -74,6 +74,9 @@ __device__ __forceinline__ void cake_cp_async_wait() {
 // ---- end cake/cp_async.cuh ----
 
 namespace {
+
+// fwd_state_local (kda_cp): the local passes of long sequences; fwd_state: everything else.
+constexpr bool kLocal = false;
 
 // 16-byte column chunks XOR-swizzled per row. Rows 2q and 2q+1 differ in bit 2, so the
 // mma-fragment reads (lane (g, t) -> row g, chunk c0 + t) are conflict-free; rows 0, 2, 4, 6 take
@@ -154,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             if (has_h0 == 1) {
                 lo = *reinterpret_cast<const float2*>(h0 + state_base + (long long)r * 128 + col);
                 hi = *reinterpret_cast<const float2*>(h0 + state_base + (long long)(r + 8) * 128 + col);
-            } else if (has_h0 == 2) {  // S = I: value column vb*64 + col of row r
+            } else if (kLocal && has_h0 == 2) {  // S = I: value column vb*64 + col of row r
                 const int c = vb * 64 + col;
                 lo = make_float2(r == c ? 1.f : 0.f, r == c + 1 ? 1.f : 0.f);
                 hi = make_float2(r + 8 == c ? 1.f : 0.f, r + 8 == c + 1 ? 1.f : 0.f);
@@ -176,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         const float* qg = Qg + base + src_a;
 #pragma unroll
         for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + dst_a + 1024 * i, w + 1024 * i, 16);
-        if (o != nullptr)  // Qg and Aqk feed O only
+        if (!kLocal)  // Qg and Aqk feed O only
 #pragma unroll
             for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + dst_a + 1024 * i, qg + 1024 * i, 16);
     };
@@ -186,10 +189,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         const float* aq = Aqk + wsi * 4096 + src_b;
 #pragma unroll
         for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + dst_b + 1024 * i, kd + 1024 * i, 16);
-        if (o != nullptr)
+        if (!kLocal)
 #pragma unroll
             for (int i = 0; i < 4; ++i) cake_cp_async16(As + dst_b + 1024 * i, aq + 1024 * i, 16);
-        if (U != nullptr) {  // else Us holds the zeros written before the loop
+        if (!kLocal || U != nullptr) {  // else Us holds the zeros written before the loop
             const float* u = U + wsi * 8192 + src_u;
 #pragma unroll
             for (int i = 0; i < 4; ++i) cake_cp_async16(Us + dst_b + 1024 * i, u + 2048 * i, 16);
@@ -222,8 +225,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto prefetch_chunk = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
         for (int j = 2 * tid + vb; j < 1156; j += 512) {
-            if (U == nullptr && j >= 256 && j < 512) continue;
-            if (o == nullptr && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
+            if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
+            if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
             const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
                            : j < 1152 ? Aqk + wsi * 4096 + (j - 1024) * 32
                                       : gl + wsi * 128 + (j - 1152) * 32;
@@ -231,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
     };
 
-    if (U == nullptr)
+    if (kLocal && U == nullptr)
         for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier
     if (nc > 1) prefetch_chunk(c0 + 1);
     if (nc > 0) {
@@ -243,10 +246,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     store_st();
 
     // Phase-1 roles: warp rows rb..rb+31 of W (warps 0-3) or Qg (warps 4-7), columns vc0..vc0+31.
-    // Without o the Qg warps skip Phases 1 and 3a (and Qg, Aqk are not loaded).
-    const bool is_o = warp >= 4, want_o = o != nullptr;
+    // The local program has no O (no Qg S, no Phase 3a; Qg and Aqk are not loaded): the chain's
+    // W S is split over all 8 warps instead, each taking the 16-row half `only_mi` of its 32 rows.
+    // Every element is summed in the same order either way, so the results are the same bits.
+    const bool is_o = warp >= 4, want_o = !kLocal;
+    const bool chain = !is_o || kLocal;
+    const int only_mi = kLocal ? warp >> 2 : -1;
     const int rb = 32 * ((warp >> 1) & 1);
-    const float* Asrc = is_o ? Qs : Ws;
+    const float* Asrc = chain ? Ws : Qs;
 
 #pragma unroll 1
     for (int i = 0; i < nc; ++i) {
@@ -269,13 +276,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.f;
 #pragma unroll
         for (int kp = 0; kp < 8; ++kp) {
-            if (is_o && !want_o) break;  // warp-uniform
             float4 b4[4];
-            if (split && !is_o) {  // W S feeds the chain: S's lo part too (O takes hi only)
+            if (split && chain) {  // W S feeds the chain: S's lo part too (O takes hi only)
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(St2, at128(vc0 + 8 * ni + g, 4 * kp + t));
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi) {
+                    if (only_mi >= 0 && mi != only_mi) continue;  // warp-uniform
                     const float4 alo = ld4(Asrc, at128(rb + 16 * mi + g, 4 * kp + t));
                     const float4 ahi = ld4(Asrc, at128(rb + 16 * mi + g + 8, 4 * kp + t));
 #pragma unroll
@@ -286,6 +293,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(St, at128(vc0 + 8 * ni + g, 4 * kp + t));
 #pragma unroll
             for (int mi = 0; mi < 2; ++mi) {
+                if (only_mi >= 0 && mi != only_mi) continue;
                 const float4 alo = ld4(Asrc, at128(rb + 16 * mi + g, 4 * kp + t));
                 const float4 ahi = ld4(Asrc, at128(rb + 16 * mi + g + 8, 4 * kp + t));
 #pragma unroll
@@ -299,11 +307,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         __syncthreads();
 
         // Phase 2: Vnew = U - W S, stored transposed for use as the B operand.
-        if (!is_o) {
+        if (chain) {
 #pragma unroll
             for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni) {
+                    if (only_mi >= 0 && mi != only_mi) continue;
                     const int r = rb + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
                     const float2 ulo = *reinterpret_cast<const float2*>(Us + el64(r, col));
                     const float2 uhi = *reinterpret_cast<const float2*>(Us + el64(r + 8, col));

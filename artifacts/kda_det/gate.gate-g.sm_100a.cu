@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_100a
-// identity: sha256:c2715165732c49c5cb9ba5c34a04eb4df1dbe5d07c8b5715c83140ac0ec84faf
+// identity: sha256:914442fee8c460b9fffa88ba1b08bf9842334c75eb0e81e44e4370c76cd9adda
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_103a
-// identity: sha256:0d74f8c5e3aa0b8c2a1fda66ba0c3c766a2a2c4b3c0c9062f992d22436993890
+// identity: sha256:ded7dcb8436242b0c9048d84f2c3eee77840cd009e41103da09bc65792a40ea4
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

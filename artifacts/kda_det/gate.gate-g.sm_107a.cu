@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_107a
-// identity: sha256:051df63fe795aa0095be781d6c789feab3002d567ef41e3181cd09061ac432ef
+// identity: sha256:a2d99d2bfde6677b1e7ffa0244e6611e92c16904862522fa1e150ca70b25b261
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

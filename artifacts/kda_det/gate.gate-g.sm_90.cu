@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_90
-// identity: sha256:2a73a0b90489bd3c1c4f16ec15e6874e89dc23b0743db5622a9b936e16f32022
+// identity: sha256:46959fa583ad2a4f668454296ab0a175c28bd0eb35ce74d60fc86b7232fe9f59
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

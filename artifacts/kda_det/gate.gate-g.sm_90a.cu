@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_90a
-// identity: sha256:8c7738230328b45392d181ebde297f43c7f8cdf1f92d824e2d2770c229228f77
+// identity: sha256:2517c306940e152f0b8ba2b530d6e4d04746a54ac2a2902148e42a03b9cd8126
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

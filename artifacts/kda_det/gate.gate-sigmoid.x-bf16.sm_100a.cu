@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_100a
-// identity: sha256:8aede90b76250bf4005df098ea53f45891c059dec4f4e1349153955f16d1fd00
+// identity: sha256:4aa1f193b893801fd09123e2489933357ec864cdaac063f23800307403c66d7d
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_103a
-// identity: sha256:90a531dff497b246da9bac490ba469efeea096d28fc1b86aee42da1e9af75e9a
+// identity: sha256:89947793a28cf21e35f456f8c4f127fb9991db1d0f9402357b5e773f0b5275ed
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

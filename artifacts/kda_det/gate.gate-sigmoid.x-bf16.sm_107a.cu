@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_107a
-// identity: sha256:558822c789858f452923d3256e80ce6219f7eb5d745cc6eb5e41ead27c6ec616
+// identity: sha256:ef86dead2a255be626a415c84540aab13a6239e0eeb051a6bc00e5274113632b
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

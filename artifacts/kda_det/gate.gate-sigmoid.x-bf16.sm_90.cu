@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_90
-// identity: sha256:a8d64e88225baa40337ccc3aa40e39bd6ac2992dd4caf322a7493614742e98f5
+// identity: sha256:9786467075c6cb39d9ad9d8a12fefa1f4197c18d49b05a94b312b2a36e4a0691
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_90a
-// identity: sha256:d0f46cc38a7a44e05ff14aa726f1f6bc6c6e8a2902749c68b9180be0a426a195
+// identity: sha256:43b39464242b00baad96fd0468c0fadc5807c051e44b57b901a12afc8d022912
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

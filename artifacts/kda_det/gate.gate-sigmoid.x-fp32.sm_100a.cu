@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_100a
-// identity: sha256:8aab4df27d32ee7e763d14e5816e5c6b2cab59b55a2b2c53733f9ac8c30856c8
+// identity: sha256:08e19919382135cae0f855192ff95a4f9d355542a61bb228cecc275e611f8582
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_103a
-// identity: sha256:acef704577b601f5fe3f1936f4c3d671aa77a591f79394b5411cb7b7c436be90
+// identity: sha256:705f86fe53237d57380f626aa2d1886f05da39383a18e348db0d9f7ab94538f2
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_107a
-// identity: sha256:aae61180b573cb67a3f758778a7a5e07efc4195a10c1e1a990538aa0d9894c69
+// identity: sha256:c7fa1bb92a5ca1c6e13d043e4bfabf1f196375293cba931e9cdace7065e56b80
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_90
-// identity: sha256:843199595f1ca468c38ce36a2d71845310e9492f4d30c80c82b0a8b297409fba
+// identity: sha256:c85fac322304a9383409b71faec465da6755358357a0b9f86ac25b867bf5a53b
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_90a
-// identity: sha256:ddae598c865d3a8c01105f787a017129e6580b578556a7e663804acb9db39bd6
+// identity: sha256:ba464a7ce10de65e6747b17c818b48e3260f6cb8cb3fbb19a0149d73d3fdc648
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_100a
-// identity: sha256:830c11b3325e2215a00da307dec20296897c40036f40ff8694a99d0b9834a34e
+// identity: sha256:598c6602dbf758d2c9f209b7802deae77c0b29024e7656b9348a5a42c143fccd
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

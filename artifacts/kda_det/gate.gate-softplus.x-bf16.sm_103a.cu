@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_103a
-// identity: sha256:dd3348581d3b19c5346b9cdcefa16e171e06fc180362813429b07f439ded767f
+// identity: sha256:76fe5fc9a0f336dda518fd3407f4000465cb75bd13637979ad22f587ff230a83
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_107a
-// identity: sha256:0a56443eef7bf8d7beda91cf2af58104aa5d2bf3c760546535c9336a70e8440e
+// identity: sha256:24a225d024f015bbce31b54d97f9603eab556aad31867a06c223a43d43b80dce
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_90
-// identity: sha256:390a0ddb74f988f653fedd3643b8c676bcbe291bb46aa5c106f93e86cf3826d2
+// identity: sha256:2e84294daa4ca30fac2bb89c2cbed1d43cf5f3f076c7507ce3159a53a63cd773
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_90a
-// identity: sha256:9bf0183a6a9a190ef7b9c6e7f3822e116dd4e75fa2b086afff05fe0bb407b543
+// identity: sha256:63dbb7c8f96201e601a5f7455df74e1dd0bdb84cb81b6ad17db50af30e4d75a1
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

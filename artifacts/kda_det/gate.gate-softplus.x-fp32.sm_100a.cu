@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_100a
-// identity: sha256:4c942e3debcb4c9fe89556625137bc78abeb98451b703297119254532d724b74
+// identity: sha256:c9ff64112d89cd61563145d01832c0bf7bfb3be9b112d78e69711b5e4f69f266
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

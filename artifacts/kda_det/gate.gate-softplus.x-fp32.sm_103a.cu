@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_103a
-// identity: sha256:a0efb77ca10bf2fb220b448b8299874345079cd600fa4e7d2b8294235639b6f8
+// identity: sha256:99040a110dcb058dd5c128487b946eef34402909ed345cb4adafdd800c9abf7a
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

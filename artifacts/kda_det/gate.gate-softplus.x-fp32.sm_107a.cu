@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_107a
-// identity: sha256:884e78c3161eb4af05ad26959139f2027e8b026a7ac7b5e256582c26e0735a7a
+// identity: sha256:1098aef3096f069c23917185a2e1afae4cf69fe5d6aa182966da569ca039a249
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

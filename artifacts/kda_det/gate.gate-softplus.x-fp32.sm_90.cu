@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_90
-// identity: sha256:e7abb8ae44b0db9466f046b1058cec5a3e9affa1d7946906d23045a542c7893d
+// identity: sha256:4ee770feba197dc938a5e8bdc63b61a3a85278b6152d5650e99894b3364811ed
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

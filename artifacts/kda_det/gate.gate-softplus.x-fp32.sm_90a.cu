@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_90a
-// identity: sha256:0282250082f44c656d5117f4eb91a8d9dd5d2af35b695bdba0eaadad647e6308
+// identity: sha256:504e914e448ca11ba1765c17bd8730eb39239a1e2dd9df6b142ecdb721716028
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 

@@ -23,15 +23,14 @@ from .forward import (
     BV,
     COMBINE,
     COMBINE_COLUMNS,
-    STATE,
     Config,
     K,
     V,
-    chunk_record,
     forward,
     package_for,
     segment_plan,
 )
+from .forward import records as fwd_records
 from .layout import CHUNK, layout_for
 from .stages import raw_gate_params
 
@@ -58,12 +57,12 @@ def records(
     """The records one backward call launches, in launch order; with `split`, kda_cp's combine."""
     out = []
     if replay:
-        out += [chunk_record(config, g_dtype), STATE]
+        out += fwd_records(config, g_dtype, split=split)
     out += [BWD_STATE, *([COMBINE] if split else [])]
     out += [bwd_chunk_record(config, g_dtype)]
     if config.gate is not GateForm.g:
         out.append(BWD_REDUCE)
-    return out
+    return list(dict.fromkeys(out))  # the replay repeats the combine
 
 
 def replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config) -> dict:  # noqa: ANN001

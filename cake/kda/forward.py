@@ -46,14 +46,15 @@ def _chunk_record(gate: GateForm, l2n: L2Norm, g_dtype: torch.dtype) -> str:
 
 
 STATE = Variant(stage=Stage.fwd_state).key
+STATE_LOCAL = Variant(stage=Stage.fwd_state_local).key  # kda_cp only
 COMBINE = Variant(stage=Stage.seg_combine).key  # kda_cp only
 COMBINE_COLUMNS = 4  # value columns per kda_seg_combine block
 
 
 def records(config: Config, g_dtype: torch.dtype, *, split: bool = False) -> list[str]:
     """The records one forward call launches, in launch order (in `package_for`'s package);
-    with `split`, kda_cp's combine too."""
-    return [chunk_record(config, g_dtype), STATE, *([COMBINE] if split else [])]
+    with `split`, kda_cp's local state program and combine too."""
+    return [chunk_record(config, g_dtype), *([STATE_LOCAL, COMBINE] if split else []), STATE]
 
 
 def segment_plan(config: Config, heads: int, device: torch.device) -> seg.Plan:
@@ -134,8 +135,11 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
             int(h0 is not None), int(ht is not None),
         )  # fmt: skip
     else:
+        local = loader.module(pkg, STATE_LOCAL, dev)["kda_fwd_state"]
         combine = loader.module(pkg, COMBINE, dev)["kda_seg_combine"]
-        M = _segmented_state_pass(state["kda_fwd_state"], combine, plan, ops, h0, o, ht, states, H)
+        M = _segmented_state_pass(
+            state["kda_fwd_state"], local, combine, plan, ops, h0, o, ht, states, H
+        )
     saved = (
         dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, states=states, beta32=beta32) if keep else None
     )
@@ -144,19 +148,21 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
     return o, ht, saved
 
 
-def _segmented_state_pass(fwd_state, combine, plan: seg.Plan, ops, h0, o, ht, states, H: int):  # noqa: ANN001, ANN202
-    """Local passes over the split sequences' segments without o (end states B from zero,
-    transitions M from the identity with U = 0), the combine of the segment boundaries, then the
-    serial program over every row from its true start. Returns M of every local row (the backward
-    combines with it)."""
+def _segmented_state_pass(
+    fwd_state, local_state, combine, plan: seg.Plan, ops, h0, o, ht, states, H: int
+):  # noqa: ANN001, ANN202
+    """Local passes over the split sequences' segments with the local program (no o; end states
+    B from zero, transitions M from the identity with U = 0), the combine of the segment
+    boundaries, then the serial program over every row from its true start. Returns M of every
+    local row (the backward combines with it)."""
     W, U, Qg, Kd, Aqk, gl, chunks = ops
     f32 = dict(dtype=U.dtype, device=U.device)  # float32 (float64 in the CPU tests' stand-ins)
     local = (plan.local_rows, plan.local_precise)
     grid = (V // BV, H, plan.n_local)
     B_loc = torch.empty((plan.n_local, H, K, V), **f32)
-    fwd_state(grid, *ops, *local, None, None, B_loc, None, H, 0, 1)
+    local_state(grid, *ops, *local, None, None, B_loc, None, H, 0, 1)
     M_loc = torch.empty((plan.n_local, H, K, K), **f32)
-    fwd_state(grid, W, None, Qg, Kd, Aqk, gl, chunks, *local, None, None, M_loc, None, H, 2, 1)
+    local_state(grid, W, None, Qg, Kd, Aqk, gl, chunks, *local, None, None, M_loc, None, H, 2, 1)
     X = torch.empty((plan.n_rows, H, K, V), **f32)
     N = int(plan.table.shape[0])
     combine((V // COMBINE_COLUMNS, H, N), M_loc, B_loc, plan.table, h0, X, H, 0)
