@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:5319ee4787bee5891138c7f7c11cfecb8b37c0e53b0cd47cbe10028bcd8ee739
+// identity: sha256:9a69a45bfd3dfe63ea6fc246bfaa6530503b0d08a2f93352a745e980137252c6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -26,9 +26,19 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
 // ---- end cake/bf16.cuh ----
 // ---- begin cake/mma.cuh ----
 
-// Round-to-nearest-away, the rounding the TF32 error budget in docs/kernel-notes.md assumes;
-// feeding raw fp32 bits to the tensor core would truncate instead.
+// Round to nearest, ties to even: the same half-ulp bound the TF32 error budget in
+// docs/kernel-notes.md assumes; feeding raw fp32 bits to the tensor core would truncate instead.
+// cvt.rn (PTX 7.8, sm_90+: every arch cake builds) is one native instruction (F2FP.TF32); cvt.rna
+// was three (an Inf/NaN guard, an add, a mask), ~10 % of kda_bwd_chunk's instructions.
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
+// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
+__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
     unsigned int r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
@@ -148,6 +158,9 @@ __device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d)
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
+// r4 with cvt.rna: phase 5's B operand keeps it, or ptxas spills (cake_tf32_rna in cake/mma.cuh).
+__device__ __forceinline__ float rna32(float x) { return __uint_as_float(cake_tf32_rna(x)); }
+__device__ __forceinline__ float4 r4a(float4 a) { return make_float4(rna32(a.x), rna32(a.y), rna32(a.z), rna32(a.w)); }
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 __device__ __forceinline__ float g4(const float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
 __device__ __forceinline__ float& e4(float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
@@ -772,7 +785,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const float4 alo = ldf4(Vn, fx<128>(i0, 64 * half + v0)), ahi = ldf4(Vn, fx<128>(i1, 64 * half + v0));
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni)
-                    mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs, fx<64>(32 * cq + 8 * ni + g, v0))));
+                    mma_k16(acc[ni], alo, ahi, r4a(ldf4(Bs, fx<64>(32 * cq + 8 * ni + g, v0))));
             }
         }
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:3d8d8d963279921a90e944d82904b17520179c8d75b71d0ac71df55c4751b429
+// identity: sha256:6fddc076c64611a0b83939995b661d783c82b90c3deb105bf487884f40d74ddb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -26,9 +26,19 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
 // ---- end cake/bf16.cuh ----
 // ---- begin cake/mma.cuh ----
 
-// Round-to-nearest-away, the rounding the TF32 error budget in docs/kernel-notes.md assumes;
-// feeding raw fp32 bits to the tensor core would truncate instead.
+// Round to nearest, ties to even: the same half-ulp bound the TF32 error budget in
+// docs/kernel-notes.md assumes; feeding raw fp32 bits to the tensor core would truncate instead.
+// cvt.rn (PTX 7.8, sm_90+: every arch cake builds) is one native instruction (F2FP.TF32); cvt.rna
+// was three (an Inf/NaN guard, an add, a mask), ~10 % of kda_bwd_chunk's instructions.
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
+// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
+__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
     unsigned int r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:f64ba39928fc5e9dc209d0fc9b3a0f4249d1afa58436c10fa6161b0d32e895f6
+// identity: sha256:a69b87c29e571e2acb0150dc2c2f71a669af704ad6c9b92c3bb45d190a877fe9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -26,9 +26,19 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
 // ---- end cake/bf16.cuh ----
 // ---- begin cake/mma.cuh ----
 
-// Round-to-nearest-away, the rounding the TF32 error budget in docs/kernel-notes.md assumes;
-// feeding raw fp32 bits to the tensor core would truncate instead.
+// Round to nearest, ties to even: the same half-ulp bound the TF32 error budget in
+// docs/kernel-notes.md assumes; feeding raw fp32 bits to the tensor core would truncate instead.
+// cvt.rn (PTX 7.8, sm_90+: every arch cake builds) is one native instruction (F2FP.TF32); cvt.rna
+// was three (an Inf/NaN guard, an add, a mask), ~10 % of kda_bwd_chunk's instructions.
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
+// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
+__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
     unsigned int r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
@@ -158,7 +168,7 @@ __device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d)
 }
 
 // The state pass feeds W, Qg, Kd and Aqk to tensor cores as TF32; storing them already rounded
-// (rna, as the mma operand conversion would) removes every conversion from its serial loop and
+// (cvt.rn, as the mma operand conversion would) removes every conversion from its serial loop and
 // leaves its results bitwise unchanged.
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 

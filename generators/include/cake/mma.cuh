@@ -1,8 +1,18 @@
 #pragma once
 
-// Round-to-nearest-away, the rounding the TF32 error budget in docs/kernel-notes.md assumes;
-// feeding raw fp32 bits to the tensor core would truncate instead.
+// Round to nearest, ties to even: the same half-ulp bound the TF32 error budget in
+// docs/kernel-notes.md assumes; feeding raw fp32 bits to the tensor core would truncate instead.
+// cvt.rn (PTX 7.8, sm_90+: every arch cake builds) is one native instruction (F2FP.TF32); cvt.rna
+// was three (an Inf/NaN guard, an add, a mask), ~10 % of kda_bwd_chunk's instructions.
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
+// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
+__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
     unsigned int r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;

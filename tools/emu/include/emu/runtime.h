@@ -536,6 +536,13 @@ inline unsigned int cvt_rna_tf32(float x) {
     return (u + 0x1000u) & 0xffffe000u;
 }
 
+// cvt.rn.tf32.f32: round to 10 explicit mantissa bits, ties to even; NaN stays NaN.
+inline unsigned int cvt_rn_tf32(float x) {
+    const unsigned int u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffffffu;
+    return (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
+}
+
 // cvt.rn.bf16.f32: round to nearest even; NaN becomes the canonical 0x7fff.
 inline unsigned int cvt_rn_bf16(float x) {
     const unsigned int u = __float_as_uint(x);
