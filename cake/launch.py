@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from typing import Any
 
@@ -36,20 +37,17 @@ def ensure_context(device: int, *, force: bool = False) -> None:
         _call(driver, driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
+@functools.cache
 def _cu_launch() -> Any:
     """libcuda's cuLaunchKernel through ctypes: a launch from Python costs a few microseconds this
     way, against ~100 through cuda-bindings' argument conversion (docs/notes.md, session 3)."""
-    global _CU_LAUNCH
-    if _CU_LAUNCH is None:
-        fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p]
-        fn.argtypes += [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-        _CU_LAUNCH = fn
-    return _CU_LAUNCH
+    fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p]
+    fn.argtypes += [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+    return fn
 
 
-_CU_LAUNCH: Any = None
 # CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_CONTEXT_IS_DESTROYED: the
 # launching thread has no current context, or another device's
 _WRONG_CONTEXT = (400, 201, 709)

@@ -252,6 +252,10 @@ LONG_LOWER_BOUND = -5.0
 LONG_LOG_DECAY = LONG_LOWER_BOUND / (1.0 + math.exp(-LONG_GATE_X))
 
 
+# issue 5's H = 4 case: a different slow log decay per token for each head (the seed's is -2.27e-4)
+LONG_HEAD_DECAYS = (-2.27e-4, -5e-5, -1e-3, -1e-5)
+
+
 def make_long_input(
     seqlen: int = 65536,
     heads: int = 1,

@@ -10,7 +10,7 @@ import functools
 
 import pytest
 import torch
-from kda_inputs import make_long_input
+from kda_inputs import LONG_HEAD_DECAYS, make_long_input
 from kda_reference import (
     kda_reference_grads,
     recurrent_kda,
@@ -28,13 +28,11 @@ CP_VS_SERIAL = 1e-3
 GROWTH = 1.2
 WINDOW = 8192
 PS = [1, 2, 4, 8, 16, 32, 64]
-# H = 4: a different slow decay per head (log decay per token; the seed's is -2.27e-4)
-HEAD_DECAYS = (-2.27e-4, -5e-5, -1e-3, -1e-5)
 
 
 @functools.lru_cache(maxsize=2)
 def long_case(heads: int):
-    decays = HEAD_DECAYS[:heads] if heads > 1 else None
+    decays = LONG_HEAD_DECAYS[:heads] if heads > 1 else None
     inp = make_long_input(65536, heads=heads, device="cuda", decays=decays)
     with torch.no_grad():
         o_ref, ht_ref = recurrent_kda(

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import ROWS, bench_inputs, parse_variants  # noqa: E402
+from bench import ROWS, bench_inputs, call_kwargs, parse_variants  # noqa: E402
 
 from cake.kda import chunk_kda  # noqa: E402
 
@@ -30,14 +30,12 @@ def main() -> None:
     args = p.parse_args()
     (v,) = parse_variants(args.variant)
     x = bench_inputs(ROWS[args.row], v.gate, v.l2n, 0, "cuda").with_grad()
-    kw = x.as_kwargs()
-    if x.cu_seqlens is not None:
-        kw["cu_seqlens_cpu"] = x.cu_seqlens.cpu()  # as tools/bench.py passes it (no sync per call)
+    kw = call_kwargs("cake", chunk_kda, x, v.path)  # as tools/bench.py calls it
     do = torch.randn(x.v.shape, device="cuda", dtype=x.v.dtype)
     leaves = [getattr(x, n) for n in x.grad_names()]
 
     def step() -> None:
-        o = chunk_kda(**kw, disable_recompute=v.path == "saved")[0]
+        o = chunk_kda(**kw)[0]
         torch.autograd.grad(o, leaves, do)
 
     for _ in range(3):

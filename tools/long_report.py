@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from kda_inputs import make_long_input  # noqa: E402
+from kda_inputs import LONG_HEAD_DECAYS, make_long_input  # noqa: E402
 from kda_reference import (  # noqa: E402
     kda_reference_grads,
     recurrent_kda,
@@ -33,11 +33,10 @@ from kda_reference import (  # noqa: E402
 from cake.kda import chunk_kda  # noqa: E402
 
 WINDOW = 8192
-HEAD_DECAYS = (-2.27e-4, -5e-5, -1e-3, -1e-5)  # as tests/test_kda_long_gpu.py
 
 
 def forward_rows(heads: int, ps: list[int], tokens: int, device: str) -> list[dict]:
-    decays = HEAD_DECAYS[:heads] if heads > 1 else None
+    decays = LONG_HEAD_DECAYS[:heads] if heads > 1 else None
     inp = make_long_input(tokens, heads=heads, device=device, decays=decays)
     with torch.no_grad():
         o_ref, ht_ref = recurrent_kda(inp.q, inp.k, inp.v, inp.g, inp.beta, scale=128**-0.5)
