@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:5fc720d2c6114030729fffbded0e4524acbb5c59466f9069138807055449f322
+// identity: sha256:afb73ac35320b28adba53bcc723c059a8aba045fd198867a18ba4c7a3fb1e926
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -80,6 +80,12 @@ __device__ __forceinline__ void cake_cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cake_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Pull the 128-byte line holding p into L2 (no register result, nothing waits on it): a later
+// load of it then pays L2 latency, not DRAM's.
+__device__ __forceinline__ void cake_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
 // ---- begin cake/fmath.cuh ----
@@ -281,6 +287,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             cake_cp_async16(RD + fx<128>(r, 4 * c4), states + ws * 16384 + r * 128 + 4 * c4, 16);
         }
         cake_cp_async_commit();
+        // dS_end (64 KB, a 128-byte line per thread) into L2 now: phase 3's dgl reads it straight
+        // from global memory, and stalled on DRAM latency there (ncu, session 4).
+        cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);
         float4 gv[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -746,7 +755,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         zero16(acc);
         cake_cp_async_wait<1>();
         __syncthreads();
-#pragma unroll
+#pragma unroll 1
         for (int half = 0; half < 2; ++half) {
             if (half == 1) {
                 cake_cp_async_wait<0>();
@@ -808,7 +817,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // Two n-tiles (16 key dims) at a time: halves the live accumulators (register pressure).
         if (rb > 0) {
             const int r = 16 * rb;
-#pragma unroll
+#pragma unroll 1
             for (int nh = 0; nh < 2; ++nh) {
                 float aq[2][4], ak[2][4];
 #pragma unroll
@@ -855,7 +864,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // out_J = 2^(G_e - G_J) (dA_IJ^T @ (a_I 2^(G_I - G_e))).
         if (rb < 3) {
             const int er = 16 * rb + 15;
-#pragma unroll
+#pragma unroll 1
             for (int nh = 0; nh < 2; ++nh) {
                 float aq[2][4], ak[2][4];
 #pragma unroll
@@ -916,7 +925,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     span = fmaxf(span, gs[fx<128>(r, d)] - gs[fx<128>(re, d)]);
                 }
             const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
-#pragma unroll
+#pragma unroll 1
             for (int nh = 0; nh < 2; ++nh) {
                 bool fast = fast_span;
                 float arq[2][4], ark[2][4], acl[2][4];

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:f2f24e85afc9d89b8331f75d3213d73caa72fbda1216c2d57a82153fdce43f23
+// identity: sha256:74a7ca49df9d6c89062f56b55451471a6c22b55092703b767ef1c9b9a815c8b7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -80,6 +80,12 @@ __device__ __forceinline__ void cake_cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cake_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Pull the 128-byte line holding p into L2 (no register result, nothing waits on it): a later
+// load of it then pays L2 latency, not DRAM's.
+__device__ __forceinline__ void cake_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
 // ---- begin cake/fmath.cuh ----

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:f4f3451616cb4dc3762f6998e029cb6102aeacb35f237c159b53e9525c2bae0e
+// identity: sha256:766f27b2e75bc47a5faad85e9066302280f33e1813037fe8351df37eeed7e54f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -80,6 +80,12 @@ __device__ __forceinline__ void cake_cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cake_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Pull the 128-byte line holding p into L2 (no register result, nothing waits on it): a later
+// load of it then pays L2 latency, not DRAM's.
+__device__ __forceinline__ void cake_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
 // ---- begin cake/fmath.cuh ----

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:036d2465e3748c02d4ff9f3bb81e53740dce8145b8ab4fab362cad9eb47a9e25
+// identity: sha256:c2d5062cfd39c756edbea2e2a0b47343fa4f11bb11f7b84a9492ad82925e4592
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -80,6 +80,12 @@ __device__ __forceinline__ void cake_cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cake_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Pull the 128-byte line holding p into L2 (no register result, nothing waits on it): a later
+// load of it then pays L2 latency, not DRAM's.
+__device__ __forceinline__ void cake_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
 // ---- begin cake/fmath.cuh ----

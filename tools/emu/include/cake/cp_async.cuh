@@ -1,4 +1,4 @@
-// twin of generators/include/cake/cp_async.cuh sha256:3a53b4518d2d62b4cc7465ba877c6f08740ecf4fbeea4b5212173fb9cfaa066e
+// twin of generators/include/cake/cp_async.cuh sha256:79653d9328fb15b5ac9194f81cbf6acdada7059cc2f7a419533c8951f14c6ca8
 #pragma once
 
 // cvta.to.shared.u64: the offset into the block's shared memory.
@@ -18,3 +18,6 @@ template <int N>
 __device__ __forceinline__ void cake_cp_async_wait() {
     ::emu::cp_async_wait(N);
 }
+
+// prefetch.global.L2: no effect on results; nothing to emulate.
+__device__ __forceinline__ void cake_prefetch_l2(const void* p) { (void)p; }

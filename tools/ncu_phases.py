@@ -1,0 +1,150 @@
+"""Where a kernel's time goes, by phase of its source: ncu's per-instruction source counters
+(stall samples by reason, instructions executed, shared-memory wavefronts) summed over the code
+sections of the rendered program. The device exports the counters; the mapping of SASS to source
+is made here from a local `-lineinfo` compile of the same artifact (the same instructions: the
+line table does not change code generation; the script checks the instruction count).
+
+  on the device:  ncu -o rep -k regex:kda_ --section SourceCounters python3 tools/one_step.py
+                  ncu -i rep.ncu-rep -k kda_bwd_chunk --page source --csv --print-source sass > x.csv
+  here:           python tools/ncu_phases.py x.csv artifacts/kda_det/bwd_chunk.gate-g.l2n-off.sm_90a.cu
+
+A section starts at each `// ---- ` comment and at the `// (a)`, `// (b)`, `// (c)` sub-phases and
+the few other markers in MARKERS; an inlined helper counts where it was called from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import re
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MARKERS = re.compile(r"^\s*// (---- |\((a|b|c)\) |Inverses of|Off-diagonal blocks of T|dgl\[d\])")
+LINE = re.compile(r'//## File "[^"]*", line (\d+)(?:.*inlined at "[^"]*", line (\d+))?')
+INSN = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/")
+STALLS = (
+    "barrier",
+    "long_sb",
+    "short_sb",
+    "mio",
+    "math",
+    "wait",
+    "not_selected",
+    "selected",
+    "lg",
+    "dispatch",
+    "branch_resolving",
+    "no_inst",
+    "tex",
+    "drain",
+    "membar",
+    "misc",
+)
+
+
+def sass_lines(artifact: Path, arch: str, nvdisasm: str) -> list[int]:
+    """The source line of each SASS instruction, in address order (outermost call site)."""
+    import cake.compile as cc
+    from cake.spec import Arch
+
+    cc.FLAGS = (*cc.FLAGS, "-lineinfo")
+    out = cc.compile_source(artifact.read_text(), Arch(arch), "main")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(out.cubin)
+        f.flush()
+        text = subprocess.run(
+            [nvdisasm, "-gi", "-c", f.name], capture_output=True, text=True, check=True
+        ).stdout
+    lines, cur = [], 0
+    for row in text.splitlines():
+        m = LINE.search(row)
+        if m:
+            # the outermost location: the last "inlined at" of the chain
+            at = re.findall(r'inlined at "[^"]*", line (\d+)', row)
+            cur = int(at[-1]) if at else int(m.group(1))
+        elif INSN.match(row):
+            lines.append(cur)
+    return lines
+
+
+def sections(artifact: Path) -> list[tuple[int, str]]:
+    out = [(0, "(prologue)")]
+    for n, row in enumerate(artifact.read_text().splitlines(), 1):
+        if MARKERS.match(row):
+            out.append((n, row.strip()[3:43]))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("csv")
+    p.add_argument("artifact", type=Path)
+    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--nvdisasm", default="nvdisasm")
+    a = p.parse_args()
+    opener = gzip.open if a.csv.endswith(".gz") else open
+    with opener(a.csv, "rt") as f:
+        rows = list(csv.reader(f))
+    head = next(i for i, r in enumerate(rows) if r and r[0] == "Address")
+    cols = {name: j for j, name in enumerate(rows[head])}
+    data = [r for r in rows[head + 1 :] if r and r[0].startswith("0x")]
+    lines = sass_lines(a.artifact, a.arch, a.nvdisasm)
+    if len(lines) != len(data):
+        sys.exit(
+            f"{len(data)} instructions in the csv, {len(lines)} in the local build: not the same code"
+        )
+    secs = sections(a.artifact)
+    starts = [s for s, _ in secs]
+
+    def section_of(line: int) -> int:
+        k = 0
+        for i, s in enumerate(starts):
+            if s <= line:
+                k = i
+        return k
+
+    def num(r: list[str], name: str) -> float:
+        v = r[cols[name]] if name in cols else "0"
+        return float(v.replace(",", "")) if v not in ("", "-") else 0.0
+
+    agg: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r, line in zip(data, lines, strict=True):
+        s = agg[section_of(line)]
+        s["samples"] += num(r, "Warp Stall Sampling (All Samples)")
+        s["insts"] += num(r, "Instructions Executed")
+        s["wavefronts"] += num(r, "L1 Wavefronts Shared")
+        for st in STALLS:
+            s[st] += num(r, f"stall_{st}")
+    tot = {k: sum(s[k] for s in agg.values()) for k in ("samples", "insts", "wavefronts")}
+    print(
+        f"{'section':42s} {'time%':>6s} {'inst%':>6s} {'smem%':>6s}  top stalls (% of section samples)"
+    )
+    for i, (_, name) in enumerate(secs):
+        s = agg.get(i)
+        if not s or not s["samples"]:
+            continue
+        top = sorted(STALLS, key=lambda st: -s[st])[:4]
+        stalls = " ".join(f"{st} {100 * s[st] / s['samples']:.0f}" for st in top)
+        print(
+            f"{name:42s} {100 * s['samples'] / tot['samples']:6.1f} "
+            f"{100 * s['insts'] / tot['insts']:6.1f} {100 * s['wavefronts'] / max(1, tot['wavefronts']):6.1f}  {stalls}"
+        )
+    allst = {st: sum(s[st] for s in agg.values()) for st in STALLS}
+    print(
+        "whole kernel:",
+        " ".join(
+            f"{st} {100 * v / tot['samples']:.1f}"
+            for st, v in sorted(allst.items(), key=lambda kv: -kv[1])[:8]
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()
