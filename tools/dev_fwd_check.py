@@ -254,6 +254,8 @@ def chunk_args(
         w["Kd"],
         w["gl"],
         G_out,
+        None,  # T_out
+        None,  # Akk_out
         H,
         beta_sigmoid,
         float(scale),

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a
-// identity: sha256:5f2027fccc53abd5af313a1dc520f282f68bff79363c8560c0ca62575063c961
+// identity: sha256:e3d6f913e314659df9469839af09ffaf890d8781d281045e1c7b7a93ce1f41fc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -80,6 +80,12 @@ __device__ __forceinline__ void cake_cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cake_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Pull the 128-byte line holding p into L2 (no register result, nothing waits on it): a later
+// load of it then pays L2 latency, not DRAM's.
+__device__ __forceinline__ void cake_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
 // ---- begin cake/fmath.cuh ----
@@ -241,6 +247,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const float* __restrict__ beta, const float* __restrict__ G, const x_t* __restrict__ xin,
     const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, const float* __restrict__ states,
+    const float* __restrict__ Tm, const float* __restrict__ Akk,
     const float* __restrict__ dS_end, const float* __restrict__ dVn,
     unsigned short* __restrict__ dq_out, unsigned short* __restrict__ dk_out,
     unsigned short* __restrict__ dv_out, x_t* __restrict__ dg_out, float* __restrict__ dbeta_out,
@@ -284,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
               cq = cake_opaque(cq_top), i0 = 16 * rb + g, i1 = i0 + 8;                          \
     (void)g; (void)t; (void)rb; (void)cq; (void)i0; (void)i1
 
-    // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled); group 1: S_c.
+    // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), T, Akk; group 1: S_c.
     {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -302,6 +309,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             const bool ok = r < L;
             cake_cp_async16(RC + fx<128>(r, 4 * c4), dVn + ws * 8192 + (ok ? r * 128 + 4 * c4 : 0), ok ? 16 : 0);
         }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int idx = tid + 512 * i, which = idx >> 10, r = (idx >> 4) & 63, c4 = idx & 15;
+            cake_cp_async16((which ? AK : TT) + fx<64>(r, 4 * c4), (which ? Akk : Tm) + ws * 4096 + r * 64 + 4 * c4, 16);
+        }
         cake_cp_async_commit();
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -309,6 +321,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             cake_cp_async16(RD + fx<128>(r, 4 * c4), states + ws * 16384 + r * 128 + 4 * c4, 16);
         }
         cake_cp_async_commit();
+        // dS_end (64 KB, a 128-byte line per thread) into L2 now: phase 3's dgl reads it straight
+        // from global memory, and stalled on DRAM latency there (ncu, session 4).
+        cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);
         float4 gv[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -350,181 +365,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };
     auto rkf = [&](int r) { return kL2Norm ? rk[r] : 1.f; };
 
-    // ---- phase 1: Akk (strictly lower, unscaled by beta) and T = (I + diag(beta) Akk)^-1.
-    // Off-diagonal 16x16 blocks on tensor cores with reference row r = 16 bi:
-    // (k_i 2^(G_i - G_r)) . (k_j 2^(G_r - G_j)), both factors <= 1.
-    if (warp < 12) {
-        const int p = warp >> 1, nh = warp & 1;
-        const int bi = p < 1 ? 1 : (p < 3 ? 2 : 3);
-        const int bj = p - (bi * (bi - 1)) / 2;
-        const int r = 16 * bi, ia = r + g, ib = ia + 8, j = 16 * bj + 8 * nh + g;
-        const float ra = rkf(ia), rbb = rkf(ib), rj = rkf(j);
-        float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 2
-        for (int kp = 0; kp < 8; ++kp) {
-            const int d0 = 16 * kp + 4 * t;
-            const float4 gr = ldf4(gs, fx<128>(r, d0)), ga = ldf4(gs, fx<128>(ia, d0));
-            const float4 gb = ldf4(gs, fx<128>(ib, d0)), gj = ldf4(gs, fx<128>(j, d0));
-            const float4 ka = ld4_bf16(ks, ia, 4 * kp + t), kb = ld4_bf16(ks, ib, 4 * kp + t);
-            const float4 kj = ld4_bf16(ks, j, 4 * kp + t);
-            float4 alo, ahi, bb;
-            alo.x = rtf32(ka.x * ra * cake_ex2(ga.x - gr.x)); alo.y = rtf32(ka.y * ra * cake_ex2(ga.y - gr.y));
-            alo.z = rtf32(ka.z * ra * cake_ex2(ga.z - gr.z)); alo.w = rtf32(ka.w * ra * cake_ex2(ga.w - gr.w));
-            ahi.x = rtf32(kb.x * rbb * cake_ex2(gb.x - gr.x)); ahi.y = rtf32(kb.y * rbb * cake_ex2(gb.y - gr.y));
-            ahi.z = rtf32(kb.z * rbb * cake_ex2(gb.z - gr.z)); ahi.w = rtf32(kb.w * rbb * cake_ex2(gb.w - gr.w));
-            bb.x = rtf32(kj.x * rj * cake_ex2(gr.x - gj.x)); bb.y = rtf32(kj.y * rj * cake_ex2(gr.y - gj.y));
-            bb.z = rtf32(kj.z * rj * cake_ex2(gr.z - gj.z)); bb.w = rtf32(kj.w * rj * cake_ex2(gr.w - gj.w));
-            mma_k16(acc, alo, ahi, bb);
-        }
-        const int col = 16 * bj + 8 * nh + 2 * t;
-        *reinterpret_cast<float2*>(AK + fx<64>(ia, col)) = make_float2(acc[0], acc[1]);
-        *reinterpret_cast<float2*>(AK + fx<64>(ib, col)) = make_float2(acc[2], acc[3]);
-    }
-    // Diagonal blocks, warp 12 + b for block b. When the block's decay span
-    // max_d (G_r[d] - G_{r+15}[d]) (log2 units, r = 16 b) is below kFastSpan, the off-diagonal
-    // factorisation on tensor cores: (k_i 2^(G_i - G_r)) . (k_j 2^(G_r - G_j)), the key factor in
-    // [1, 2^kFastSpan), entries j >= i stored as zeros. Otherwise (or if a product overflowed), exact
-    // elementwise fp32: a lane per entry, the 128 dims in order. The choice depends only on this
-    // chunk's own G and k: deterministic and pack invariant.
-    else {
-        const int b = warp - 12, r = 16 * b;
-        const float4 gf = ldf4(gs, fx<128>(r, 4 * lane)), gl_ = ldf4(gs, fx<128>(r + 15, 4 * lane));
-        const float span = fmaxf(fmaxf(gf.x - gl_.x, gf.y - gl_.y), fmaxf(gf.z - gl_.z, gf.w - gl_.w));
-        bool fast = __all_sync(0xffffffffu, span < kFastSpan);
-        float acc[2][4];
-#pragma unroll
-        for (int x = 0; x < 8; ++x) acc[x >> 2][x & 3] = 0.f;
-        const int ia = r + g, ib = ia + 8;
-        if (fast) {
-            const float ra = rkf(ia), rbb = rkf(ib);
-#pragma unroll 2
-            for (int kp = 0; kp < 8; ++kp) {
-                const int d0 = 16 * kp + 4 * t;
-                const float4 gr = ldf4(gs, fx<128>(r, d0)), ga = ldf4(gs, fx<128>(ia, d0));
-                const float4 gb = ldf4(gs, fx<128>(ib, d0));
-                const float4 ka = ld4_bf16(ks, ia, 4 * kp + t), kb = ld4_bf16(ks, ib, 4 * kp + t);
-                float4 alo, ahi;
-                alo.x = rtf32(ka.x * ra * cake_ex2(ga.x - gr.x)); alo.y = rtf32(ka.y * ra * cake_ex2(ga.y - gr.y));
-                alo.z = rtf32(ka.z * ra * cake_ex2(ga.z - gr.z)); alo.w = rtf32(ka.w * ra * cake_ex2(ga.w - gr.w));
-                ahi.x = rtf32(kb.x * rbb * cake_ex2(gb.x - gr.x)); ahi.y = rtf32(kb.y * rbb * cake_ex2(gb.y - gr.y));
-                ahi.z = rtf32(kb.z * rbb * cake_ex2(gb.z - gr.z)); ahi.w = rtf32(kb.w * rbb * cake_ex2(gb.w - gr.w));
-#pragma unroll
-                for (int nh = 0; nh < 2; ++nh) {
-                    const int j = r + 8 * nh + g;
-                    const float rj = rkf(j);
-                    const float4 gj = ldf4(gs, fx<128>(j, d0));
-                    const float4 kj = ld4_bf16(ks, j, 4 * kp + t);
-                    float4 bb;
-                    bb.x = rtf32(kj.x * rj * cake_ex2(gr.x - gj.x)); bb.y = rtf32(kj.y * rj * cake_ex2(gr.y - gj.y));
-                    bb.z = rtf32(kj.z * rj * cake_ex2(gr.z - gj.z)); bb.w = rtf32(kj.w * rj * cake_ex2(gr.w - gj.w));
-                    mma_k16(acc[nh], alo, ahi, bb);
-                }
-            }
-            bool finite = true;
-#pragma unroll
-            for (int nh = 0; nh < 2; ++nh)
-#pragma unroll
-                for (int x = 0; x < 4; ++x) finite = finite && isfinite(acc[nh][x]);
-            fast = __all_sync(0xffffffffu, finite);
-        }
-        if (fast) {
-#pragma unroll
-            for (int nh = 0; nh < 2; ++nh) {
-                const int col = r + 8 * nh + 2 * t;
-                *reinterpret_cast<float2*>(AK + fx<64>(ia, col)) =
-                    make_float2(col < ia ? acc[nh][0] : 0.f, col + 1 < ia ? acc[nh][1] : 0.f);
-                *reinterpret_cast<float2*>(AK + fx<64>(ib, col)) =
-                    make_float2(col < ib ? acc[nh][2] : 0.f, col + 1 < ib ? acc[nh][3] : 0.f);
-            }
-        } else {
-            for (int e = lane; e < 256; e += 32) {
-                const int ii = r + (e >> 4), jj = r + (e & 15);
-                float s = 0.f;
-                if (jj < ii) {
-                    for (int d = 0; d < 128; ++d)
-                        s = fmaf(ld1_bf16(ks, ii, d) * ld1_bf16(ks, jj, d),
-                                 cake_ex2(gs[fx<128>(ii, d)] - gs[fx<128>(jj, d)]), s);
-                    s *= rkf(ii) * rkf(jj);
-                }
-                AK[fx<64>(ii, jj)] = s;
-            }
-        }
-    }
-    __syncthreads();
-    // Inverses of the four diagonal blocks of (I + M), M = diag(beta) Akk, one column per thread
-    // (kda_fwd_chunk's forward substitution).
-    if (warp < 2) {
-        const int b = tid >> 4, cc = tid & 15;
-        float tcol[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            if (i == 0) {
-                tcol[0] = cc == 0 ? 1.f : 0.f;
-            } else {
-                const int row = 16 * b + i;
-                float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-                for (int kk = 0; kk < i; kk += 4) {
-                    const float4 m4 = ldf4(AK, fx<64>(row, 16 * b + kk));
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        if (kk + e < i) {
-                            if (e & 1) s1 = fmaf(g4(m4, e), tcol[kk + e], s1);
-                            else s0 = fmaf(g4(m4, e), tcol[kk + e], s0);
-                        }
-                    }
-                }
-                tcol[i] = i == cc ? 1.f : (i > cc ? -(bs[row] * (s0 + s1)) : 0.f);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 16; ++i) TT[fx<64>(16 * b + i, 16 * b + cc)] = tcol[i];
-    }
-    __syncthreads();
-    // Off-diagonal blocks of T by distance from the diagonal: X = M[a, b..a-1] T[b..a-1, b] (kept
-    // in Akk's unused upper block (b, a)), then T[a, b] = -T[a, a] X.
-#pragma unroll 1
-    for (int dist = 1; dist < 4; ++dist) {
-        const int nblk = 4 - dist;
-        const bool active = tid < 64 * nblk;
-        const int b = tid >> 6, rr = (tid >> 2) & 15, cg = tid & 3;
-        const int a = b + dist;
-        if (active) {
-            const int row = 16 * a + rr;
-            float4 x4 = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int s4 = 4 * b; s4 < 4 * a; ++s4) {
-                const float4 m4 = ldf4(AK, fx<64>(row, 4 * s4));
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float mv = g4(m4, e);
-                    const float4 tv = ldf4(TT, fx<64>(4 * s4 + e, 16 * b + 4 * cg));
-                    x4.x = fmaf(mv, tv.x, x4.x); x4.y = fmaf(mv, tv.y, x4.y);
-                    x4.z = fmaf(mv, tv.z, x4.z); x4.w = fmaf(mv, tv.w, x4.w);
-                }
-            }
-            const float br = bs[row];
-            *reinterpret_cast<float4*>(AK + fx<64>(16 * b + rr, 16 * a + 4 * cg)) =
-                make_float4(br * x4.x, br * x4.y, br * x4.z, br * x4.w);
-        }
-        __syncthreads();
-        if (active) {
-            const int row = 16 * a + rr;
-            float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int q4 = 0; q4 < 4; ++q4) {
-                const float4 t4 = ldf4(TT, fx<64>(row, 16 * a + 4 * q4));
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float tv = g4(t4, e);
-                    const float4 xv = ldf4(AK, fx<64>(16 * b + 4 * q4 + e, 16 * a + 4 * cg));
-                    y.x = fmaf(tv, xv.x, y.x); y.y = fmaf(tv, xv.y, y.y);
-                    y.z = fmaf(tv, xv.z, y.z); y.w = fmaf(tv, xv.w, y.w);
-                }
-            }
-            *reinterpret_cast<float4*>(TT + fx<64>(row, 16 * b + 4 * cg)) = make_float4(-y.x, -y.y, -y.z, -y.w);
-        }
-        __syncthreads();
-    }
+    // ---- phase 1 (kda_fwd_chunk's): Akk and T = (I + diag(beta) Akk)^-1 came with group 0.
 
     // Gradient accumulators of this thread's 32 (row, dim) elements, fp32. Registers (Dq, Dk)
     // only from phase 3a to phase 5 (register pressure: no spills with 512 threads); after phase
@@ -774,7 +615,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         zero16(acc);
         cake_cp_async_wait<1>();
         __syncthreads();
-#pragma unroll
+#pragma unroll 1
         for (int half = 0; half < 2; ++half) {
             if (half == 1) {
                 cake_cp_async_wait<0>();
@@ -836,7 +677,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // Two n-tiles (16 key dims) at a time: halves the live accumulators (register pressure).
         if (rb > 0) {
             const int r = 16 * rb;
-#pragma unroll
+#pragma unroll 1
             for (int nh = 0; nh < 2; ++nh) {
                 float aq[2][4], ak[2][4];
 #pragma unroll
@@ -883,7 +724,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // out_J = 2^(G_e - G_J) (dA_IJ^T @ (a_I 2^(G_I - G_e))).
         if (rb < 3) {
             const int er = 16 * rb + 15;
-#pragma unroll
+#pragma unroll 1
             for (int nh = 0; nh < 2; ++nh) {
                 float aq[2][4], ak[2][4];
 #pragma unroll
@@ -944,7 +785,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     span = fmaxf(span, gs[fx<128>(r, d)] - gs[fx<128>(re, d)]);
                 }
             const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
-#pragma unroll
+#pragma unroll 1
             for (int nh = 0; nh < 2; ++nh) {
                 bool fast = fast_span;
                 float arq[2][4], ark[2][4], acl[2][4];

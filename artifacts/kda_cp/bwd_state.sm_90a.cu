@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:9e755f42c0d5689de28ee917f4118c78912877e7a987596c74fa26f99c3a7c7c
+// identity: sha256:b17d060fb74d0bdd44c034444d012c995c5438818f8e770f8fa70bf7f761115a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -80,6 +80,12 @@ __device__ __forceinline__ void cake_cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cake_cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Pull the 128-byte line holding p into L2 (no register result, nothing waits on it): a later
+// load of it then pays L2 latency, not DRAM's.
+__device__ __forceinline__ void cake_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
 
@@ -265,9 +271,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
                 Ot[el64(cc * 8 + 2 * e + 1, r)] = cake_bf16_hi(w4[e]);
             }
         }
-        // The gradient of this chunk's END state, before the chunk updates it.
-        if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
         __syncthreads();
+        // The gradient of this chunk's END state, before the chunk updates it: four float2 stores
+        // per kp step of Phase A's first product, so the store queue drains under the mma instead
+        // of stalling every warp in one burst (ncu, session 4).
+        float* const ds_out = dS_end != nullptr ? dS_end + wsi * 16384 + vb * 64 : nullptr;
 
         // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values). Aqk^T[i][j] = Aqk[j][i] is
         // nonzero only for j >= i, so row block tb reads token blocks kp >= tb / 16.
@@ -278,6 +286,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             for (int x = 0; x < 4; ++x) acc[ni][x] = 0.f;
 #pragma unroll
         for (int kp = 0; kp < 4; ++kp) {
+            if (ds_out != nullptr) {
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    const int mi = kp >> 1, ni = 2 * (kp & 1) + x;
+                    const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+                    *reinterpret_cast<float2*>(ds_out + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
+                    *reinterpret_cast<float2*>(ds_out + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
+                }
+            }
             if (16 * kp >= tb) {
                 const float4 alo = ldt4<64>(As, 16 * kp + 4 * t, tb + g);
                 const float4 ahi = ldt4<64>(As, 16 * kp + 4 * t, tb + g + 8);

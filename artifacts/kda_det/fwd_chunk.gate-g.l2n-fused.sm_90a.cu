@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:4d3a6d978ce0d4d3910cad8eccbc3ff0360e0c225da35652e231762a7177fe40
+// identity: sha256:e0b45b7ab8f3eda3365e0d2ca1a5bfef1a5e04c90a7646106ff52f5ef097ce9f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -186,7 +186,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     const x_t* __restrict__ x, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, float* __restrict__ Aqk, float* __restrict__ W,
     float* __restrict__ U, float* __restrict__ Qg, float* __restrict__ Kd, float* __restrict__ gl,
-    float* __restrict__ G_out, int H, int beta_sigmoid, float scale, float lower_bound)
+    float* __restrict__ G_out, float* __restrict__ T_out, float* __restrict__ Akk_out, int H,
+    int beta_sigmoid, float scale, float lower_bound)
 {
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
     unsigned short* qs = reinterpret_cast<unsigned short*>(smem);
@@ -194,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     unsigned short* vs = ks + 64 * 128;
     float* gs = reinterpret_cast<float*>(smem + 3 * 64 * 128 * 2);  // Gamma * log2(e)
     float* As = gs + 64 * 128;  // Aqk, later T = (I + M)^-1
-    float* Ms = As + 64 * 64;   // M; its unused upper blocks hold scratch for the T solve
+    float* Ms = As + 64 * 64;   // Akk (M = diag(beta) Akk); its unused upper blocks: T-solve scratch
     float* bs = Ms + 64 * 64;
     float* rq = bs + 64;
     float* rk = rq + 64;
@@ -402,7 +403,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         const int p = base & 15;
         const int row = i0 + (p >> 2), col = j0 + (p & 3);
         float* dst = base < 16 ? As : Ms;
-        const float mul = base < 16 ? scale : bs[row];
+        const float mul = base < 16 ? scale : 1.f;
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
             const int cc = col + x;
@@ -459,7 +460,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 cake_mma_tf32(am[1], fk_a[e0], fk_b[e0], fk_a[e1], fk_b[e1], fj_b[e0], fj_b[e1]);
             }
         }
-        const float ba = bs[ia], bb = bs[ib];
         const bool dg = bi == bj;
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
@@ -472,10 +472,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             pb[1] = !dg || col + 1 <= ib ? scale * aq[n][3] : 0.f;
             float* ma = Ms + at_sq(ia, col >> 2) + (col & 3);
             float* mb = Ms + at_sq(ib, col >> 2) + (col & 3);
-            ma[0] = !dg || col < ia ? ba * am[n][0] : 0.f;
-            ma[1] = !dg || col + 1 < ia ? ba * am[n][1] : 0.f;
-            mb[0] = !dg || col < ib ? bb * am[n][2] : 0.f;
-            mb[1] = !dg || col + 1 < ib ? bb * am[n][3] : 0.f;
+            ma[0] = !dg || col < ia ? am[n][0] : 0.f;
+            ma[1] = !dg || col + 1 < ia ? am[n][1] : 0.f;
+            mb[0] = !dg || col < ib ? am[n][2] : 0.f;
+            mb[1] = !dg || col + 1 < ib ? am[n][3] : 0.f;
         }
     };
     // Warps 0-5: the six off-diagonal blocks; warps 0-3 then their fast diagonal block.
@@ -528,7 +528,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                         }
                     }
                 }
-                tcol[i] = i == cc ? 1.f : (i > cc ? -(s0 + s1) : 0.f);
+                tcol[i] = i == cc ? 1.f : (i > cc ? -(bs[row] * (s0 + s1)) : 0.f);
             }
         }
     } else {
@@ -560,6 +560,19 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         if (tid >= 128) {
             const int d = tid - 128;
             gl[ws * 128 + d] = cake_ex2(gs[at_gam(L - 1, d >> 2) + (d & 3)]);
+        }
+        if (Akk_out != nullptr) {  // strictly lower part of Ms; the upper blocks hold scratch
+            float* kk = Akk_out + ws * 4096;
+            for (int idx = tid - 64; idx < 64 * 16; idx += 192) {
+                const int r = idx >> 4, c4 = idx & 15;
+                float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (4 * c4 < r) {
+                    const float4 m = ld4_f32(Ms, at_sq(r, c4));
+                    y = make_float4(m.x, 4 * c4 + 1 < r ? m.y : 0.f, 4 * c4 + 2 < r ? m.z : 0.f,
+                                    4 * c4 + 3 < r ? m.w : 0.f);
+                }
+                *reinterpret_cast<float4*>(kk + r * 64 + 4 * c4) = y;
+            }
         }
     }
     __syncthreads();
@@ -594,7 +607,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                     x.w = fmaf(mv[e], tv.w, x.w);
                 }
             }
-            *reinterpret_cast<float4*>(Ms + at_sq(16 * b + rr, 4 * a + cg)) = x;
+            const float br = bs[row];  // X = M T = diag(beta) (Akk T), as kda_bwd_chunk forms it
+            *reinterpret_cast<float4*>(Ms + at_sq(16 * b + rr, 4 * a + cg)) =
+                make_float4(br * x.x, br * x.y, br * x.z, br * x.w);
         }
         __syncthreads();
         if (active) {
@@ -671,5 +686,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(x.x, x.y);
                 *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(x.z, x.w);
             }
+    }
+    if (T_out != nullptr) {  // T's lower blocks; the blocks above the diagonal are zeros
+        float* tt = T_out + ws * 4096;
+#pragma unroll 1
+        for (int idx = tid; idx < 64 * 16; idx += 256) {
+            const int r = idx >> 4, c4 = idx & 15;
+            const float4 y = 4 * c4 < 16 * (r >> 4) + 16 ? ld4_f32(As, at_sq(r, c4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            *reinterpret_cast<float4*>(tt + r * 64 + 4 * c4) = y;
+        }
     }
 }

@@ -1,13 +1,13 @@
 """The KDA backward as a sequence of program launches (docs/backward-design.md).
 
-    replay (saved is None): fwd_chunk (gate fused, G_out), fwd_state (states_out, o to scratch)
+    replay (saved is None): fwd_chunk (gate fused, G_out, T_out, Akk_out), fwd_state (states_out)
     then:                   bwd_state (reverse state pass: dS_end, dVn, dh0)
                             bwd_chunk (chunk-parallel gradients + gate / L2-norm / beta epilogue)
                             bwd_reduce (raw gates only: dA_log, ddt_bias in a fixed order)
 
-The saved path passes `saved` = the forward's G (fwd_chunk's G_out), Aqk, W, Qg, Kd, gl and
-states_out (fwd_state): bwd_state reads Qg, W, Kd, Aqk, gl; bwd_chunk reads G and states_out. Both paths run the same
-programs on the same values, so their gradients are bitwise equal.
+The saved path passes `saved` = the forward's G (fwd_chunk's G_out), Aqk, W, Qg, Kd, gl, T, Akk and
+states_out (fwd_state): bwd_state reads Qg, W, Kd, Aqk, gl; bwd_chunk reads G, T, Akk and states_out.
+Both paths run the same programs on the same values, so their gradients are bitwise equal.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def backward(  # noqa: ANN201
     bchunk = loader.module(pkg, bwd_chunk_record(config, g.dtype), dev)
     bchunk["kda_bwd_chunk"](
         (NC, H), q, k, v, do, beta32, saved["G"], x, A, bias, layout.chunks, saved["states"],
-        dS_end, dVn, dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
+        saved["T"], saved["Akk"], dS_end, dVn, dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
         config.scale, config.lower_bound,
     )  # fmt: skip
     out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta.reshape(beta.shape).to(beta.dtype))
