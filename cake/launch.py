@@ -23,18 +23,25 @@ _PTR, _F32 = ArgType.ptr, ArgType.f32
 _INT_RANGE = {ArgType.i32: (-(2**31), 2**31), ArgType.i64: (-(2**63), 2**63)}
 
 
+@functools.cache
+def _primary_context(device: int) -> Any:
+    """The device's primary context (the one PyTorch uses), retained once per process: a retain per
+    rebinding thread would never be released."""
+    driver = init_driver()
+    dev = _call(driver, driver.cuDeviceGet(device), "cuDeviceGet")
+    return _call(driver, driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+
+
 def ensure_context(device: int, *, force: bool = False) -> None:
-    """Make the device's primary context (the one PyTorch uses) current on this thread: when none
-    is current, or always with `force` (the thread's current context belongs to another device)."""
+    """Make the device's primary context current on this thread: when none is current, or always
+    with `force` (the thread's current context belongs to another device)."""
     import torch
 
     torch.cuda.init()
     driver = init_driver()
     ctx = _call(driver, driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
     if force or int(ctx) == 0:
-        dev = _call(driver, driver.cuDeviceGet(device), "cuDeviceGet")
-        ctx = _call(driver, driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-        _call(driver, driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        _call(driver, driver.cuCtxSetCurrent(_primary_context(device)), "cuCtxSetCurrent")
 
 
 @functools.cache

@@ -190,6 +190,41 @@ def test_every_output_element_is_written(monkeypatch, loader):
 
 
 @needs_cxx
+def test_forward_keeps_the_chunk_solve_the_backward_reads(loader):
+    """kda_fwd_chunk's T_out / Akk_out (what kda_bwd_chunk reads instead of solving again): Akk is
+    k_i k_j exp(G_i - G_j) below the diagonal and exact zeros elsewhere, T is unit lower triangular
+    and inverts I + diag(beta) Akk, per chunk, in float64."""
+    inp, _, _ = case_inputs(CASES["g-mixed-off"])
+    config = config_for(inp)
+    args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
+    with emulate(loader):
+        saved = forward_module.forward(*args, config, keep=True)[2]
+    assert saved is not None
+    chunks = layout_for(config.cu_seqlens, torch.device("cpu")).chunks.tolist()
+    k = inp.k.reshape(-1, inp.k.shape[-2], 128).double()
+    G, beta = saved["G"].double(), saved["beta32"].double()
+    eye = torch.eye(64, dtype=torch.float64)
+    upper = torch.triu(torch.ones(64, 64, dtype=torch.bool))
+    worst_akk = worst_inv = 0.0
+    for c, (t0, L) in enumerate(chunks):
+        for h in range(k.shape[1]):
+            T, A = saved["T"][c, h].double(), saved["Akk"][c, h].double()
+            assert torch.equal(torch.diagonal(T), torch.ones(64, dtype=torch.float64))
+            assert not T[upper.logical_xor(torch.eye(64, dtype=torch.bool))].any()
+            assert not A[upper].any()
+            kk, gg = k[t0 : t0 + L, h], G[t0 : t0 + L, h]
+            ref = torch.zeros(64, 64, dtype=torch.float64)
+            decay = torch.exp(gg[:, None, :] - gg[None, :, :])  # [i, j, d]
+            ref[:L, :L] = torch.tril((kk[:, None, :] * kk[None, :, :] * decay).sum(-1), -1)
+            worst_akk = max(worst_akk, rel_l2(A, ref))
+            M = torch.zeros(64, dtype=torch.float64)
+            M[:L] = beta[t0 : t0 + L, h]
+            worst_inv = max(worst_inv, (T @ (eye + M[:, None] * A) - eye).abs().max().item())
+    assert worst_akk < 2e-3, worst_akk  # TF32 operands, fp32 sums
+    assert worst_inv < 1e-6, worst_inv  # an fp32 solve of the kernel's own Akk
+
+
+@needs_cxx
 def test_saved_and_replay_paths_agree_bitwise(loader):
     inp, do, dht = case_inputs(CASES["g-mixed-off"])
     config = config_for(inp)

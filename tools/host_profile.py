@@ -1,4 +1,5 @@
-"""Host-side cost of one chunk_kda fwd+bwd: wall time per step against GPU kernel time, and a
+"""Host-side cost of one chunk_kda fwd+bwd: wall time per step against GPU kernel time, where the
+issue time goes by section (timers around cake's own functions, no profiler overhead), and a
 cProfile of the Python side (sorted by own time), for one benchmark row.
 
   python tools/host_profile.py --row m2 --variant g:off:saved
@@ -11,14 +12,73 @@ import cProfile
 import pstats
 import sys
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench import ROWS, bench_inputs, call_kwargs, parse_variants  # noqa: E402
 
+import cake.kda.api as api  # noqa: E402
+import cake.kda.backward as backward  # noqa: E402
+import cake.kda.forward as forward  # noqa: E402
+import cake.launch as launch  # noqa: E402
 from cake.kda import chunk_kda  # noqa: E402
+
+SPENT: dict[str, float] = defaultdict(float)
+CALLS: dict[str, int] = defaultdict(int)
+
+
+def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn with its wall time (inclusive) added to SPENT[name]."""
+
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            SPENT[name] += time.perf_counter() - t
+            CALLS[name] += 1
+
+    return wrapper
+
+
+def sections(step: Callable[[], None], steps: int) -> None:
+    """Issue time per step by section: chunk_kda (all of the forward call), forward.forward (the
+    launches' Python side and allocations), launches (ArgBlock fill + cuLaunchKernel), the
+    backward call (autograd.grad: engine + thread hand-off + backward.backward), backward.backward.
+    Inclusive times: a section contains the ones it calls."""
+    patches = [
+        (api, "chunk_kda", "chunk_kda (forward call)"),
+        (forward, "forward", "forward.forward"),
+        (backward, "backward", "backward.backward"),
+        (launch.Function, "__call__", "launch (each kernel)"),
+        (torch.autograd, "grad", "autograd.grad (backward call)"),
+    ]
+    saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]
+    try:
+        for obj, attr, name in patches:
+            setattr(obj, attr, timed(name, getattr(obj, attr)))
+        step()  # the wrappers in place before timing
+        torch.cuda.synchronize()
+        SPENT.clear()
+        CALLS.clear()
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        total = time.perf_counter() - t
+        torch.cuda.synchronize()
+    finally:
+        for obj, attr, fn in saved:
+            setattr(obj, attr, fn)
+    print(
+        f"issue time by section, us per fwd+bwd (inclusive; {steps} steps, total {1e6 * total / steps:.0f}):"
+    )
+    for name, sec in sorted(SPENT.items(), key=lambda kv: -kv[1]):
+        print(f"  {1e6 * sec / steps:8.1f}  x{CALLS[name] // steps:<3d} {name}")
 
 
 def main() -> None:
@@ -35,7 +95,7 @@ def main() -> None:
     leaves = [getattr(x, n) for n in x.grad_names()]
 
     def step() -> None:
-        o = chunk_kda(**kw)[0]
+        o = api.chunk_kda(**kw)[0]
         torch.autograd.grad(o, leaves, do)
 
     for _ in range(3):
@@ -48,6 +108,7 @@ def main() -> None:
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t) / args.steps * 1e3
     print(f"{args.row} {v.key}: host issue {host:.3f} ms per fwd+bwd, wall {wall:.3f} ms")
+    sections(step, args.steps)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(args.steps):
