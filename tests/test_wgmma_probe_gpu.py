@@ -1,0 +1,58 @@
+"""GPU (compute capability 9.0): the wgmma layout a state pass on sm_90a would use
+(docs/wgmma-plan.md), alone: tests/cuda/wgmma_probe.cu multiplies K-major tf32 operands in the
+128-byte-swizzled panel layout with wgmma m64n64k8 and writes the accumulators by the fragment map
+the plan assumes. Against float64 on TF32-exact inputs, any layout, descriptor or fragment-map
+mistake shows as an O(1) error; a correct one leaves fp32 accumulation error only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from cake.compile import compile_source
+from cake.launch import ArgBlock, _cu_launch, _current_stream, ensure_context
+from cake.machine import _call, init_driver
+from cake.spec import Arch, ArgType
+
+pytestmark = [pytest.mark.sm90]
+
+SOURCE = Path(__file__).parent / "cuda" / "wgmma_probe.cu"
+HEADER = Path(__file__).parent.parent / "generators" / "include" / "cake" / "cp_async.cuh"
+SMEM = 65536
+
+
+@pytest.fixture(scope="module")
+def probe():  # noqa: ANN201
+    source = HEADER.read_text() + SOURCE.read_text()
+    compiled = compile_source(source, Arch("sm_90a"), "wgmma_probe")
+    ensure_context(0)
+    driver = init_driver()
+    module = _call(driver, driver.cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
+    fn = _call(driver, driver.cuModuleGetFunction(module, b"wgmma_probe"), "cuModuleGetFunction")
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    _call(driver, driver.cuFuncSetAttribute(fn, attr, SMEM), "cuFuncSetAttribute")
+    return int(fn)
+
+
+def tf32(x: torch.Tensor) -> torch.Tensor:
+    """x with the low 13 mantissa bits cleared: exact in TF32, so rounding mode does not matter."""
+    return (x.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+
+@pytest.mark.parametrize("panels", [1, 2, 4])  # K = 32, 64, 128: one to four swizzled panels
+def test_wgmma_tf32_k_major_swizzled_layout(probe, panels):  # noqa: ANN001
+    K = 32 * panels
+    gen = torch.Generator(device="cuda").manual_seed(panels)
+    A = tf32(torch.randn(64, K, device="cuda", generator=gen))
+    Bt = tf32(torch.randn(64, K, device="cuda", generator=gen))
+    D = torch.full((64, 64), float("nan"), device="cuda")
+    block = ArgBlock([ArgType.ptr, ArgType.ptr, ArgType.ptr, ArgType.i32], "wgmma_probe")
+    block.set([A, Bt, D, panels])
+    err = _cu_launch()(probe, 1, 1, 1, 128, 1, 1, SMEM, _current_stream(0), block.params, None)
+    assert err == 0, f"launch failed: CUresult {err}"
+    torch.cuda.synchronize()
+    ref = A.double() @ Bt.double().T
+    rel = ((D.double() - ref).norm() / ref.norm()).item()
+    assert rel < 1e-6, f"relative error {rel:.3e}: layout, descriptor or fragment map is wrong"
