@@ -1,8 +1,9 @@
 """GPU (compute capability 9.0): cake/wgmma.cuh's layout, descriptors and fragment map
 (docs/wgmma-plan.md), alone: tests/cuda/wgmma_probe.cu multiplies K-major tf32 operands in the
-128-byte-swizzled panel layout with wgmma m64n64k8 and writes the accumulators by the fragment map
-the plan assumes. Against float64 on TF32-exact inputs, any layout, descriptor or fragment-map
-mistake shows as an O(1) error; a correct one leaves fp32 accumulation error only."""
+128-byte-swizzled panel layout with wgmma m64n64k8, A from shared memory and A from registers (by
+the register map the plan assumes), and writes the accumulators by the assumed fragment map.
+Against float64 on TF32-exact inputs, a layout, descriptor or map mistake shows as an O(1) error;
+a correct one leaves fp32 accumulation error only."""
 
 from __future__ import annotations
 
@@ -35,10 +36,13 @@ def probe():  # noqa: ANN201
     ensure_context(0)
     driver = init_driver()
     module = _call(driver, driver.cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
-    fn = _call(driver, driver.cuModuleGetFunction(module, b"wgmma_probe"), "cuModuleGetFunction")
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    _call(driver, driver.cuFuncSetAttribute(fn, attr, SMEM), "cuFuncSetAttribute")
-    return int(fn)
+    out = {}
+    for name in ("wgmma_probe", "wgmma_probe_rs"):
+        fn = _call(driver, driver.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction")
+        _call(driver, driver.cuFuncSetAttribute(fn, attr, SMEM), "cuFuncSetAttribute")
+        out[name] = int(fn)
+    return out
 
 
 def tf32(x: torch.Tensor) -> torch.Tensor:
@@ -46,16 +50,20 @@ def tf32(x: torch.Tensor) -> torch.Tensor:
     return (x.view(torch.int32) & ~0x1FFF).view(torch.float32)
 
 
+@pytest.mark.parametrize(
+    "kernel", ["wgmma_probe", "wgmma_probe_rs"]
+)  # A in shared memory / registers
 @pytest.mark.parametrize("panels", [1, 2, 4])  # K = 32, 64, 128: one to four swizzled panels
-def test_wgmma_tf32_k_major_swizzled_layout(probe, panels):  # noqa: ANN001
+def test_wgmma_tf32_k_major_swizzled_layout(probe, kernel, panels):  # noqa: ANN001
     K = 32 * panels
     gen = torch.Generator(device="cuda").manual_seed(panels)
     A = tf32(torch.randn(64, K, device="cuda", generator=gen))
     Bt = tf32(torch.randn(64, K, device="cuda", generator=gen))
     D = torch.full((64, 64), float("nan"), device="cuda")
-    block = ArgBlock([ArgType.ptr, ArgType.ptr, ArgType.ptr, ArgType.i32], "wgmma_probe")
+    block = ArgBlock([ArgType.ptr, ArgType.ptr, ArgType.ptr, ArgType.i32], kernel)
     block.set([A, Bt, D, panels])
-    err = _cu_launch()(probe, 1, 1, 1, 128, 1, 1, SMEM, _current_stream(0), block.params, None)
+    stream = _current_stream(0)
+    err = _cu_launch()(probe[kernel], 1, 1, 1, 128, 1, 1, SMEM, stream, block.params, None)
     assert err == 0, f"launch failed: CUresult {err}"
     torch.cuda.synchronize()
     ref = A.double() @ Bt.double().T

@@ -1,4 +1,4 @@
-// twin of generators/include/cake/wgmma.cuh sha256:ad632ca874fc282f438bf5aaad2bb6d370d79bbada784826e83d1d7b0f24db11
+// twin of generators/include/cake/wgmma.cuh sha256:1b67c74e208c88255bf1fec8f08631bc889df0fb8540d3eecf3fbab51160672a
 #pragma once
 
 // The layout helpers are plain C++, the same as on the GPU.
@@ -16,6 +16,11 @@ __device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, in
 // wgmma.mma_async m64n64k8 tf32: a warpgroup collective (see emu::op_wgmma_n64).
 __device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
     ::emu::wgmma_n64(d, da, db, acc);
+}
+
+// The same with A from registers (see emu::op_wgmma_n64 for the register map).
+__device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    ::emu::wgmma_n64_rs(d, a, db, acc);
 }
 
 // The emulated wgmma completes at issue: the fences and the group wait order nothing more.

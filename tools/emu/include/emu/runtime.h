@@ -646,6 +646,11 @@ inline void wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long 
     group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
 }
 
+inline void wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    WgmmaIn in{0, db, acc != 0, 1, {a[0], a[1], a[2], a[3]}};
+    group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
+}
+
 // ---- conversions ---------------------------------------------------------------------------------
 // cvt.rna.tf32.f32: round to 10 explicit mantissa bits, ties away from zero; NaN stays NaN.
 inline unsigned int cvt_rna_tf32(float x) {
