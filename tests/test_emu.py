@@ -171,8 +171,10 @@ def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, loader):
 
 
 @needs_cxx
-def test_every_output_element_is_written(monkeypatch, loader):
+@pytest.mark.parametrize("arch", [Arch.sm_90, Arch.sm_90a])
+def test_every_output_element_is_written(monkeypatch, loader, arch):
     """Every allocation of the forward, the replay and the backward starts as NaN (ints as -1)."""
+    loader = loader if arch is Arch.sm_90 else EmuLoader(arch=arch)
     real_empty, real_empty_like = torch.empty, torch.empty_like
 
     def poison(t):
