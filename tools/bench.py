@@ -189,6 +189,28 @@ def call_kwargs(impl: str, fn: Callable[..., Any], x: KDAInputs, path: str) -> d
     return kw
 
 
+def cake_step(
+    row: str, variant: Variant, segments: int | None = None
+) -> tuple[KDAInputs, Callable[[], tuple[torch.Tensor, tuple[torch.Tensor, ...]]]]:
+    """One cake fwd+bwd of a benchmark row as the device tools run it (kernel_times, host_profile,
+    one_step): inputs with grad, and a step returning (o, gradients of x.grad_names()). chunk_kda is
+    looked up in cake.kda.api at each call, so a tool may wrap it; dO is seeded (the unseeded CUDA
+    generator differs between processes)."""
+    import cake.kda.api as api
+
+    x = bench_inputs(ROWS[row], variant.gate, variant.l2n, 0, "cuda").with_grad()
+    kw = call_kwargs("cake", api.chunk_kda, x, variant.path)  # as the benchmark calls it
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    do = torch.randn(x.v.shape, device="cuda", dtype=x.v.dtype, generator=gen)
+    leaves = [getattr(x, n) for n in x.grad_names()]
+
+    def step() -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        o = api.chunk_kda(**kw, segments=segments)[0]
+        return o, torch.autograd.grad(o, leaves, do)
+
+    return x, step
+
+
 def describe_exc(exc: BaseException) -> str:
     msg = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {msg[0] if msg else ''}"[:200]

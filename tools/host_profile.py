@@ -20,13 +20,12 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import ROWS, bench_inputs, call_kwargs, parse_variants  # noqa: E402
+from bench import cake_step, parse_variants  # noqa: E402
 
 import cake.kda.api as api  # noqa: E402
 import cake.kda.backward as backward  # noqa: E402
 import cake.kda.forward as forward  # noqa: E402
 import cake.launch as launch  # noqa: E402
-from cake.kda import chunk_kda  # noqa: E402
 
 SPENT: dict[str, float] = defaultdict(float)
 CALLS: dict[str, int] = defaultdict(int)
@@ -46,7 +45,7 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def sections(step: Callable[[], None], steps: int) -> None:
+def sections(step: Callable[[], object], steps: int) -> None:
     """Issue time per step by section: chunk_kda (all of the forward call), forward.forward (the
     launches' Python side and allocations), launches (ArgBlock fill + cuLaunchKernel), the
     backward call (autograd.grad: engine + thread hand-off + backward.backward), backward.backward.
@@ -89,15 +88,7 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     args = p.parse_args()
     (v,) = parse_variants(args.variant)
-    x = bench_inputs(ROWS[args.row], v.gate, v.l2n, 0, "cuda").with_grad()
-    kw = call_kwargs("cake", chunk_kda, x, v.path)  # as tools/bench.py calls it
-    do = torch.randn(x.v.shape, device="cuda", dtype=x.v.dtype)
-    leaves = [getattr(x, n) for n in x.grad_names()]
-
-    def step() -> None:
-        o = api.chunk_kda(**kw)[0]
-        torch.autograd.grad(o, leaves, do)
-
+    _, step = cake_step(args.row, v)
     for _ in range(3):
         step()
     torch.cuda.synchronize()

@@ -16,9 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import ROWS, bench_inputs, call_kwargs, parse_variants  # noqa: E402
-
-from cake.kda import chunk_kda  # noqa: E402
+from bench import cake_step, parse_variants  # noqa: E402
 
 
 def main() -> None:
@@ -32,15 +30,7 @@ def main() -> None:
     args = p.parse_args()
     (v,) = parse_variants(args.variant)
     for name in args.rows.split(","):
-        x = bench_inputs(ROWS[name], v.gate, v.l2n, 0, "cuda").with_grad()
-        do = torch.randn(x.v.shape, device="cuda", dtype=x.v.dtype)
-        leaves = [getattr(x, n) for n in x.grad_names()]
-        kw = call_kwargs("cake", chunk_kda, x, v.path)  # as tools/bench.py calls it
-
-        def step(kw=kw, leaves=leaves, do=do) -> None:  # noqa: ANN001
-            o = chunk_kda(**kw, segments=args.segments)[0]
-            torch.autograd.grad(o, leaves, do)
-
+        _, step = cake_step(name, v, args.segments)
         step()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

@@ -15,6 +15,7 @@ the few other markers in MARKERS; an inlined helper counts where it was called f
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import gzip
 import re
@@ -103,12 +104,8 @@ def main() -> None:
     secs = sections(a.artifact)
     starts = [s for s, _ in secs]
 
-    def section_of(line: int) -> int:
-        k = 0
-        for i, s in enumerate(starts):
-            if s <= line:
-                k = i
-        return k
+    def section_of(line: int) -> int:  # the last section starting at or before the line
+        return max(0, bisect.bisect_right(starts, line) - 1)
 
     def num(r: list[str], name: str) -> float:
         v = r[cols[name]] if name in cols else "0"

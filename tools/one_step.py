@@ -16,9 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import ROWS, bench_inputs, call_kwargs, parse_variants  # noqa: E402
-
-from cake.kda import chunk_kda  # noqa: E402
+from bench import cake_step, parse_variants  # noqa: E402
 
 
 def main() -> None:
@@ -38,14 +36,9 @@ def main() -> None:
             print(f"{name:8s} {'bitwise equal' if same else f'DIFFERS, max |a - b| {diff:.3e}'}")
         return
     (v,) = parse_variants(args.variant)
-    x = bench_inputs(ROWS[args.row], v.gate, v.l2n, 0, "cuda").with_grad()
-    kw = call_kwargs("cake", chunk_kda, x, v.path)
-    gen = torch.Generator(device="cuda").manual_seed(1)  # the same dO in every process
-    do = torch.randn(x.v.shape, device="cuda", dtype=x.v.dtype, generator=gen)
-    leaves = [getattr(x, n) for n in x.grad_names()]
+    x, step = cake_step(args.row, v, args.segments)
     for _ in range(args.steps):
-        o = chunk_kda(**kw, segments=args.segments)[0]
-        grads = torch.autograd.grad(o, leaves, do)
+        o, grads = step()
     torch.cuda.synchronize()
     if args.save:
         names = ["o", *(f"d{n}" for n in x.grad_names())]
