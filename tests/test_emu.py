@@ -82,10 +82,11 @@ def test_header_twins_match_the_gpu_headers(twin):
     assert twin_drift(f"cake/{twin}", REPO / "generators/include/cake" / twin) is None
 
 
-def test_every_sm90_program_translates():
-    """Every program has a CPU form: no PTX outside the modelled headers."""
-    emu = EmuLoader()
-    records = {(e.package, e.record) for e in emu.manifest.entries if e.arch is Arch.sm_90}
+@pytest.mark.parametrize("arch", [Arch.sm_90, Arch.sm_90a])
+def test_every_sm90_program_translates(arch):
+    """Every program has a CPU form: no PTX outside the modelled headers (sm_90a: wgmma too)."""
+    emu = EmuLoader(arch=arch)
+    records = {(e.package, e.record) for e in emu.manifest.entries if e.arch is arch}
     assert records
     for package, record in sorted(records):
         program = emu.program(package, record)
@@ -170,8 +171,10 @@ def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, loader):
 
 
 @needs_cxx
-def test_every_output_element_is_written(monkeypatch, loader):
+@pytest.mark.parametrize("arch", [Arch.sm_90, Arch.sm_90a])
+def test_every_output_element_is_written(monkeypatch, loader, arch):
     """Every allocation of the forward, the replay and the backward starts as NaN (ints as -1)."""
+    loader = loader if arch is Arch.sm_90 else EmuLoader(arch=arch)
     real_empty, real_empty_like = torch.empty, torch.empty_like
 
     def poison(t):
@@ -245,6 +248,19 @@ def test_other_thread_orders_give_the_same_bits(loader):
     inp, do, dht = case_inputs(kw)
     base = run_emulated(inp, do, dht, loader)
     assert schedule_differences(kw, base, lambda options: EmuLoader(options=options)) == []
+
+
+@needs_cxx
+@pytest.mark.parametrize("case", ["g-mixed-off", "sigmoid-lb5-fused"])
+def test_sm90a_programs_wgmma_state_pass(case):
+    """The sm_90a programs (kda_fwd_state on wgmma, emulated by the layout and fragment map of
+    cake/wgmma.cuh) within the bounds against float64, and the same bits under other thread orders
+    (a missing barrier around the warpgroup products changes them)."""
+    kw = CASES[case]
+    rows, base = check_case(kw, EmuLoader(arch=Arch.sm_90a))
+    assert all(row.ok for row in rows), rows
+    make = lambda options: EmuLoader(arch=Arch.sm_90a, options=options)  # noqa: E731
+    assert schedule_differences(kw, base, make) == []
 
 
 @needs_cxx

@@ -20,8 +20,9 @@ from kda_inputs import make_inputs, make_long_input  # noqa: E402
 from kda_reference import kda_reference_grads, recurrent_kda, rel_l2  # noqa: E402
 
 from cake.kda import chunk_kda  # noqa: E402
+from cake.spec import Arch  # noqa: E402
 from tools.emu import compiler  # noqa: E402
-from tools.emu.loader import emulate  # noqa: E402
+from tools.emu.loader import EmuLoader, emulate  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not compiler.available(), reason=f"no C++ compiler {compiler.compiler()!r} for tools/emu"
@@ -29,9 +30,9 @@ pytestmark = pytest.mark.skipif(
 BOUND = 2.5e-3
 
 
-def run(inp, do, dht, P):  # noqa: ANN001, ANN201
+def run(inp, do, dht, P, loader=None):  # noqa: ANN001, ANN201
     leaf = inp.with_grad()
-    with emulate():
+    with emulate(loader):
         o, ht = chunk_kda(
             **leaf.as_kwargs(), output_final_state=True, disable_recompute=True, segments=P
         )
@@ -42,7 +43,9 @@ def run(inp, do, dht, P):  # noqa: ANN001, ANN201
     return out
 
 
-def test_split_run_matches_the_reference_like_the_serial_run():
+@pytest.mark.parametrize("arch", [Arch.sm_90, Arch.sm_90a])  # sm_90a: the state passes on wgmma
+def test_split_run_matches_the_reference_like_the_serial_run(arch):
+    loader = EmuLoader(arch=arch)
     # 1100 tokens = 18 chunks (split in 3), packed with a 70-token sequence (P capped at 2 chunks)
     inp = make_inputs([1100, 70], heads=1, seed=3, device="cpu", initial_state=True, regime="slow")
     inp = dataclasses.replace(inp, beta=inp.beta.float())  # dbeta as the kernel computes it
@@ -50,7 +53,7 @@ def test_split_run_matches_the_reference_like_the_serial_run():
     do = torch.randn(inp.v.shape, generator=gen).to(inp.v.dtype)
     dht = torch.randn(2, 1, 128, 128, generator=gen)
     ref = kda_reference_grads(inp, do, dht)
-    serial, split = run(inp, do, dht, 1), run(inp, do, dht, 3)
+    serial, split = run(inp, do, dht, 1, loader), run(inp, do, dht, 3, loader)
     for name, got in split.items():
         err, err1 = rel_l2(got, ref[name]), rel_l2(serial[name], ref[name])
         assert err <= BOUND and err <= 1.1 * err1 + 1e-5, (name, err, err1)
@@ -58,7 +61,7 @@ def test_split_run_matches_the_reference_like_the_serial_run():
         # precise_flags): o and ht agree with the serial run to the 1e-3; the gradients
         # (TF32 reverse chain) differ by bf16 rounding flips
         assert rel_l2(got, serial[name]) <= (1e-3 if name in ("o", "ht") else 1.5e-3), name
-    again = run(inp, do, dht, 3)
+    again = run(inp, do, dht, 3, loader)
     assert all(torch.equal(again[n], split[n]) for n in split)
 
 

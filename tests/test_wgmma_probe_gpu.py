@@ -1,4 +1,4 @@
-"""GPU (compute capability 9.0): the wgmma layout a state pass on sm_90a would use
+"""GPU (compute capability 9.0): cake/wgmma.cuh's layout, descriptors and fragment map
 (docs/wgmma-plan.md), alone: tests/cuda/wgmma_probe.cu multiplies K-major tf32 operands in the
 128-byte-swizzled panel layout with wgmma m64n64k8, A from shared memory and A from registers (by
 the register map the plan assumes), and writes the accumulators by the assumed fragment map.
@@ -20,13 +20,18 @@ from cake.spec import Arch, ArgType
 pytestmark = [pytest.mark.sm90]
 
 SOURCE = Path(__file__).parent / "cuda" / "wgmma_probe.cu"
-HEADER = Path(__file__).parent.parent / "generators" / "include" / "cake" / "cp_async.cuh"
+HEADERS = [
+    Path(__file__).parent.parent / "generators" / "include" / "cake" / n
+    for n in ("cp_async.cuh", "wgmma.cuh")
+]
 SMEM = 65536
 
 
 @pytest.fixture(scope="module")
 def probe():  # noqa: ANN201
-    source = HEADER.read_text() + SOURCE.read_text()
+    # the headers as render inlines them, without their own #include lines
+    text = "".join(h.read_text() for h in HEADERS) + SOURCE.read_text()
+    source = "".join(ln for ln in text.splitlines(True) if not ln.lstrip().startswith("#include"))
     compiled = compile_source(source, Arch("sm_90a"), "wgmma_probe")
     ensure_context(0)
     driver = init_driver()

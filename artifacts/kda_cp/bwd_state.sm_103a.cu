@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:f448f99996d3485ed29d0b696b8c0a16ed4e8f89c846586b80ff97c32e38ebc5
+// identity: sha256:3c859551f2ea0cfb9013e4dc536155c52e6d0ea2ae59f7ce0070076b4bad04c4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:9d016a74dc74e381e2ef7f3e430aec84c8fba7b94dccb8814ea67a9043c9316c
+// identity: sha256:817fea6cf9cff384f4dd3b341d0fbe3acbe9b1e573442e8967c037fc4d2b7d5b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:b734e717f65279f186e759167736870455e6f441c4f63e843287abc843074aff
+// identity: sha256:6bcdcb488fc810800ec4ad72f039a4e69b228bc48c0029844022909e32252515
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:62754ed2bb297b4ce934b2ac319e712364cfd21ebaa6b09413edec6edc6bb9a1
+// identity: sha256:77cb5714a66e9741dfbd8683f0853f82aa409d0d790031d6c6c19f6789b3249d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

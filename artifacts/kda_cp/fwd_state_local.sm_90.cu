@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:f8b07f531611cce0a798c6fe049a6a2c646b305c8b24df5db116aafde458c322
+// identity: sha256:aad2772f375af31ae7887387e61f66e3788019279e1a42fe9b92b9d7be49f78c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:ded7529d70ce3baf0002daea4bb75cee3343e4affaaa2ecf84b4f2b9a50a6041
+// identity: sha256:857d3304dccd6fc537bd1650392d5c698181245ab277c58111233f3d022dbd31
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:7db63caec07ae07a77cb2324169531a74ecfa6befbf979366b99a6ad5e64dab5
+// identity: sha256:78d0c1477188379715735c6c56500597eba224278150d98ea961d7a90abef051
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

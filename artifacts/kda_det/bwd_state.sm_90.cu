@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:cfbad333bd920061bf5d421add27185b850e1cdd81e0d4394df18092a9e2ac65
+// identity: sha256:52543705c8ae485ba8e1f08e2d94296856e16ac2a2742358858a214608db0323
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

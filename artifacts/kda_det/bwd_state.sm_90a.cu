@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:c1dc4fd612d716ca2f0b574b9d4b079a45113a26699c85236168341f272d459d
+// identity: sha256:d7a9acddfb52f6196968be802b8a51c7694c27cb297ef97477672714ae95293b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -88,6 +88,75 @@ __device__ __forceinline__ void cake_prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
+// ---- begin cake/wgmma.cuh ----
+// Warpgroup matrix multiply (wgmma, sm_90a only) on tf32 operands in shared memory; the layout,
+// descriptors and fragment map are docs/wgmma-plan.md's, checked alone by tests/cuda/wgmma_probe.cu.
+//
+// Operand layout: K-major (tf32 wgmma has no transpose), 128-byte swizzle. A tile of ROWS rows is
+// stored as K panels of 32 elements: panel p = ROWS x 128 bytes, row r at r * 128, its 16-byte
+// chunk c at chunk c ^ (r % 8). Tiles start on 1024-byte boundaries (descriptor base offset 0).
+// Accumulators (m64nNk8, f32): warp w of the warpgroup holds rows 16 w + g, 16 w + g + 8; n8 block
+// j holds columns 8 j + 2 t, 8 j + 2 t + 1 as d[4 j], d[4 j + 1] (row 16 w + g) and d[4 j + 2],
+// d[4 j + 3] (row 16 w + g + 8), with g = lane / 4, t = lane % 4.
+
+// Float index of element (row, k) of a ROWS-row tile in that layout.
+template <int ROWS>
+__device__ __forceinline__ int cake_wg_idx(int row, int k) {
+    return (k >> 5) * (ROWS * 32) + row * 32 + ((((k >> 2) & 7) ^ (row & 7)) << 2) + (k & 3);
+}
+
+// Descriptor of rows row0..row0+63 (row0 a multiple of 8) and k8 step s of a ROWS-row tile: panel
+// s / 4, +32 bytes per step inside the swizzled rows; SBO 1024 bytes (8 rows), LBO unused (1),
+// 128-byte swizzle (mode 1 in bits 62-63).
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
+    const unsigned int addr = cake_smem_addr(tile) + (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// d (+)= A B for one k8 step: m64n64k8, f32 accumulators, tf32 operands. acc = 0: d = A B.
+__device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(acc));
+}
+
+// The same with A from registers: a = A(16 w + g, t), A(16 w + g + 8, t), A(16 w + g, t + 4),
+// A(16 w + g + 8, t + 4) of this k8 step (w = warp in the warpgroup), already TF32.
+__device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// Before the first wgmma that reads accumulators written by other instructions.
+__device__ __forceinline__ void cake_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cake_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cake_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+// Shared memory written by ordinary stores, made visible to wgmma's (async proxy) reads.
+__device__ __forceinline__ void cake_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// ---- end cake/wgmma.cuh ----
 
 namespace {
 
@@ -148,53 +217,58 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     const int* __restrict__ seq_chunks, const float* __restrict__ dht, float* __restrict__ dS_end,
     float* __restrict__ dVn, float* __restrict__ dh0, int H, int has_dht, int store_dh0)
 {
-    extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
-    float* Ks = reinterpret_cast<float*>(smem);  // Kd^T [128 d][64 tok]      (A, transposed read)
-    float* As = Ks + 128 * 64;                   // Aqk  [64 j][64 i]         (A, transposed read)
-    float* Qs = As + 64 * 64;                    // Qg   [64 tok][128 d]      (A, transposed read)
-    float* Ws = Qs + 64 * 128;                   // W    [64 tok][128 d]      (A, transposed read)
-    float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]       (B)
-    float* St = Ot + 64 * 64;                    // dS^T [64 v][128 d], TF32  (B)
+    // ---- sm_90a: the products on wgmma with A from registers (its A operands are the transposes
+    // of the stored layouts; tf32 wgmma has no transpose) and B from shared memory in the K-major
+    // swizzled layout (docs/wgmma-plan.md). Warpgroup 0 computes dVn; both update their 64 key rows
+    // of dS.
+    extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
+    float* Ks = reinterpret_cast<float*>(smem);  // Kd^T [128 d][64 tok]   (A, gathered)
+    float* As = Ks + 128 * 64;                   // Aqk  [64 j][64 i]      (A, gathered)
+    float* Qs = As + 64 * 64;                    // Qg   [64 tok][128 d]   (A, gathered)
+    float* Ws = Qs + 64 * 128;                   // W    [64 tok][128 d]   (A, gathered)
+    float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]    (B, wgmma layout)
+    float* St = Ot + 64 * 64;                    // dS^T [64 v][128 d], TF32 (B)
     float* Vt = St + 64 * 128;                   // -dVn^T [64 v][64 tok], TF32 (B)
     float* Gs = Vt + 64 * 64;                    // gl [128]
     unsigned short* Or = reinterpret_cast<unsigned short*>(Gs + 128);  // dO staging [64 tok][64 v] bf16
 
     const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3;
+    const int g = (tid & 31) >> 2, t = tid & 3;
     const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
     const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
     const long long tok_stride = (long long)H * 128;
+    auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
+    auto col_of = [&](int x) { return 8 * (x >> 2) + 2 * t + (x & 1); };
+    const int kd0 = 64 * wg;  // this warpgroup's key rows of dS
+    // A tiles stored [k][m] with the 16-byte chunks of row k XOR-ed by 2 (k % 4): the register-A
+    // gathers (rows k0 + t, columns m0 + g, t = 0..3, g = 0..7) hit 32 distinct banks.
+    auto ag = [](int M, int k, int m) { return k * M + ((((m >> 2) ^ ((k & 3) << 1))) << 2) + (m & 3); };
+    // A fragment of k8 step s: rows m0 + 16 w + g (+ 8), reduction indices 8 s + t (+ 4).
+    auto afrag = [&](const float* tile, int M, int m0, int s, unsigned int (&a)[4]) {
+        const int m = m0 + 16 * w + g, k = 8 * s + t;
+        a[0] = __float_as_uint(tile[ag(M, k, m)]);
+        a[1] = __float_as_uint(tile[ag(M, k, m + 8)]);
+        a[2] = __float_as_uint(tile[ag(M, k + 4, m)]);
+        a[3] = __float_as_uint(tile[ag(M, k + 4, m + 8)]);
+    };
 
-    // dS tile in registers (mma accumulator layout), as kda_fwd_state holds S: K rows
-    // kr0 + 16 mi + g (+8), value columns vc0 + 8 ni + 2t (+1) of this block's 64.
-    const int kr0 = 32 * (warp >> 1), vc0 = 32 * (warp & 1);
-    float S[2][4][4];
+    float S[32];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-            const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-            float2 lo = make_float2(0.f, 0.f), hi = make_float2(0.f, 0.f);
-            if (has_dht) {
-                lo = *reinterpret_cast<const float2*>(dht + state_base + (long long)r * 128 + col);
-                hi = *reinterpret_cast<const float2*>(dht + state_base + (long long)(r + 8) * 128 + col);
-            }
-            S[mi][ni][0] = lo.x; S[mi][ni][1] = lo.y; S[mi][ni][2] = hi.x; S[mi][ni][3] = hi.y;
-        }
+    for (int x = 0; x < 32; ++x)
+        S[x] = has_dht ? dht[state_base + (long long)(kd0 + row_of(x)) * 128 + col_of(x)] : 0.f;
 
-    // Load group A (Kd^T, Aqk, dO): needed by phase A, free again after it.
     auto issue_a = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int idx = tid + 256 * i, r = idx >> 4, cc = idx & 15;
-            cake_cp_async16(Ks + tr64(r, cc), Kd + wsi * 8192 + r * 64 + cc * 4, 16);
+            cake_cp_async16(Ks + ag(64, r, 4 * cc), Kd + wsi * 8192 + r * 64 + cc * 4, 16);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int idx = tid + 256 * i, r = idx >> 4, cc = idx & 15;
-            cake_cp_async16(As + tr64(r, cc), Aqk + wsi * 4096 + r * 64 + cc * 4, 16);
+            cake_cp_async16(As + ag(64, r, 4 * cc), Aqk + wsi * 4096 + r * 64 + cc * 4, 16);
         }
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
 #pragma unroll
@@ -206,38 +280,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             cake_cp_async16(Or + at_or(r, cc), src, ok ? 16 : 0);
         }
     };
-    // Load group B (Qg, W, gl): needed by phase B, free again after it.
     auto issue_b = [&](int ci) {
         const long long base = ((long long)ci * H + h) * 8192;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             const int idx = tid + 256 * i;
             const int which = idx >> 11, r = (idx >> 5) & 63, cc = idx & 31;
-            cake_cp_async16((which ? Ws : Qs) + tr128(r, cc), (which ? W : Qg) + base + r * 128 + cc * 4, 16);
+            cake_cp_async16((which ? Ws : Qs) + ag(128, r, 4 * cc), (which ? W : Qg) + base + r * 128 + cc * 4, 16);
         }
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
     };
     auto store_st = [&]() {
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                St[el128(col, r)] = rtf32(S[mi][ni][0]);
-                St[el128(col + 1, r)] = rtf32(S[mi][ni][1]);
-                St[el128(col, r + 8)] = rtf32(S[mi][ni][2]);
-                St[el128(col + 1, r + 8)] = rtf32(S[mi][ni][3]);
-            }
+        for (int x = 0; x < 32; ++x) St[cake_wg_idx<64>(col_of(x), kd0 + row_of(x))] = rtf32(S[x]);
     };
     auto store_global = [&](float* dst) {
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                *reinterpret_cast<float2*>(dst + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
-                *reinterpret_cast<float2*>(dst + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
-            }
+        for (int x = 0; x < 32; x += 2)
+            *reinterpret_cast<float2*>(dst + (long long)(kd0 + row_of(x)) * 128 + col_of(x)) = make_float2(S[x], S[x + 1]);
     };
 
     if (nc > 0) {
@@ -248,18 +308,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     }
     store_st();
 
-    // Phase-A roles: dVn rows tb..tb+15 (tokens), value columns vc..vc+31.
-    const int tb = 16 * (warp >> 1), vc = 32 * (warp & 1);
-
 #pragma unroll 1
     for (int i = nc - 1; i >= 0; --i) {
         const int ci = c0 + i;
         const long long wsi = (long long)ci * H + h;
         cake_cp_async_wait<1>();  // group A of this chunk (group B may still be in flight)
         __syncthreads();
-        // dO (bf16, rows >= L already zero) -> dO^T fp32 (bf16 is exact in TF32). A warp takes 32
-        // consecutive tokens of one 8-value chunk: the staging reads (swizzled by at_or) and the
-        // transposed scalar stores are both conflict-free.
+        // dO (bf16, rows >= L already zero) -> dO^T fp32 in the wgmma layout (bf16 is exact in TF32).
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
             const int idx = tid + 256 * x, r = idx & 63, cc = idx >> 6;
@@ -267,101 +322,74 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                Ot[el64(cc * 8 + 2 * e, r)] = cake_bf16_lo(w4[e]);
-                Ot[el64(cc * 8 + 2 * e + 1, r)] = cake_bf16_hi(w4[e]);
+                Ot[cake_wg_idx<64>(cc * 8 + 2 * e, r)] = cake_bf16_lo(w4[e]);
+                Ot[cake_wg_idx<64>(cc * 8 + 2 * e + 1, r)] = cake_bf16_hi(w4[e]);
             }
         }
+        cake_fence_proxy_async();  // dO^T and dS^T (generic stores) -> wgmma's reads
         __syncthreads();
-        // The gradient of this chunk's END state, before the chunk updates it: four float2 stores
-        // per kp step of Phase A's first product, so the store queue drains under the mma instead
-        // of stalling every warp in one burst (ncu, session 4).
-        float* const ds_out = dS_end != nullptr ? dS_end + wsi * 16384 + vb * 64 : nullptr;
 
-        // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values). Aqk^T[i][j] = Aqk[j][i] is
-        // nonzero only for j >= i, so row block tb reads token blocks kp >= tb / 16.
-        float acc[4][4];
+        // Phase A (warpgroup 0): dVn = Aqk^T dO + Kd dS (64 tokens x 64 values).
+        float acc[32];
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int x = 0; x < 32; ++x) acc[x] = 0.f;
+        if (wg == 0) {
+            cake_wgmma_fence();
 #pragma unroll
-            for (int x = 0; x < 4; ++x) acc[ni][x] = 0.f;
-#pragma unroll
-        for (int kp = 0; kp < 4; ++kp) {
-            if (ds_out != nullptr) {
-#pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                    const int mi = kp >> 1, ni = 2 * (kp & 1) + x;
-                    const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                    *reinterpret_cast<float2*>(ds_out + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
-                    *reinterpret_cast<float2*>(ds_out + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
-                }
+            for (int s = 0; s < 8; ++s) {
+                unsigned int a[4];
+                afrag(As, 64, 0, s, a);
+                cake_wgmma_n64_rs(acc, a, cake_wg_desc<64>(Ot, 0, s), s > 0);
             }
-            if (16 * kp >= tb) {
-                const float4 alo = ldt4<64>(As, 16 * kp + 4 * t, tb + g);
-                const float4 ahi = ldt4<64>(As, 16 * kp + 4 * t, tb + g + 8);
 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni) mma_k16(acc[ni], alo, ahi, ld4(Ot, at64(vc + 8 * ni + g, 4 * kp + t)));
+            for (int s = 0; s < 16; ++s) {
+                unsigned int a[4];
+                afrag(Ks, 64, 0, s, a);
+                cake_wgmma_n64_rs(acc, a, cake_wg_desc<64>(St, 0, s), 1);
             }
+            cake_wgmma_commit();
         }
-#pragma unroll 2
-        for (int kp = 0; kp < 8; ++kp) {
-            const float4 alo = ldt4<64>(Ks, 16 * kp + 4 * t, tb + g);
-            const float4 ahi = ldt4<64>(Ks, 16 * kp + 4 * t, tb + g + 8);
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) mma_k16(acc[ni], alo, ahi, ld4(St, at128(vc + 8 * ni + g, 4 * kp + t)));
-        }
-        {
+        // The gradient of this chunk's END state goes out while the tensor cores work.
+        if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
+        if (wg == 0) {
+            cake_wgmma_wait<0>();
             float* out = dVn + wsi * 8192 + vb * 64;
-            const int r = tb + g;
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const int col = vc + 8 * ni + 2 * t;
-                if (dVn != nullptr) {
-                    *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(acc[ni][0], acc[ni][1]);
-                    *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(acc[ni][2], acc[ni][3]);
-                }
+            for (int x = 0; x < 32; ++x) {
+                const int tok = row_of(x), v = col_of(x);
+                if (dVn != nullptr && (x & 1) == 0)
+                    *reinterpret_cast<float2*>(out + tok * 128 + v) = make_float2(acc[x], acc[x + 1]);
                 // Negated so that phase B only adds: -W^T dVn = W^T (-dVn), negation is exact.
-                Vt[el64(col, r)] = -rtf32(acc[ni][0]);
-                Vt[el64(col + 1, r)] = -rtf32(acc[ni][1]);
-                Vt[el64(col, r + 8)] = -rtf32(acc[ni][2]);
-                Vt[el64(col + 1, r + 8)] = -rtf32(acc[ni][3]);
+                Vt[cake_wg_idx<64>(v, tok)] = -rtf32(acc[x]);
             }
         }
-        __syncthreads();
+        __syncthreads();  // every read of Ks / As / Or done
         if (i > 0) issue_a(ci - 1);
         cake_cp_async_commit();
         cake_cp_async_wait<1>();  // group B of this chunk
+        cake_fence_proxy_async();  // -dVn^T -> wgmma's reads
         __syncthreads();
 
-        // Phase B: dS = diag(gl) dS + Qg^T dO + W^T (-dVn) (every warp its own 32x32 tile).
+        // Phase B: dS = diag(gl) dS + Qg^T dO + W^T (-dVn) (each warpgroup its 64 key rows).
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-            const float ga = Gs[kr0 + 16 * mi + g], gb = Gs[kr0 + 16 * mi + g + 8];
+        for (int x = 0; x < 32; ++x) S[x] *= Gs[kd0 + row_of(x)];
+        cake_wgmma_fence();
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                S[mi][ni][0] *= ga; S[mi][ni][1] *= ga;
-                S[mi][ni][2] *= gb; S[mi][ni][3] *= gb;
-            }
+        for (int s = 0; s < 8; ++s) {
+            unsigned int a[4];
+            afrag(Qs, 128, kd0, s, a);
+            cake_wgmma_n64_rs(S, a, cake_wg_desc<64>(Ot, 0, s), 1);
         }
 #pragma unroll
-        for (int pass = 0; pass < 2; ++pass) {
-            const float* Asrc = pass == 0 ? Qs : Ws;
-            const float* Bsrc = pass == 0 ? Ot : Vt;
-#pragma unroll
-            for (int kp = 0; kp < 4; ++kp) {
-                float4 b4[4];
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Bsrc, at64(vc0 + 8 * ni + g, 4 * kp + t));
-#pragma unroll
-                for (int mi = 0; mi < 2; ++mi) {
-                    const float4 alo = ldt4<128>(Asrc, 16 * kp + 4 * t, kr0 + 16 * mi + g);
-                    const float4 ahi = ldt4<128>(Asrc, 16 * kp + 4 * t, kr0 + 16 * mi + g + 8);
-#pragma unroll
-                    for (int ni = 0; ni < 4; ++ni) mma_k16(S[mi][ni], alo, ahi, b4[ni]);
-                }
-            }
+        for (int s = 0; s < 8; ++s) {
+            unsigned int a[4];
+            afrag(Ws, 128, kd0, s, a);
+            cake_wgmma_n64_rs(S, a, cake_wg_desc<64>(Vt, 0, s), 1);
         }
+        cake_wgmma_commit();
+        cake_wgmma_wait<0>();
         store_st();
-        __syncthreads();
+        __syncthreads();  // every read of Qs / Ws / Gs / Ot / Vt done
         if (i > 0) issue_b(ci - 1);
         cake_cp_async_commit();
     }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:809b97bc6379197ef6d414d6f177f907bc6d53554b987f7138b9970112913f94
+// identity: sha256:9b14a4ac1dbff47e39ba0e197a48ad71307e3bf4d2cbd822cc0dd1bf5401e220
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

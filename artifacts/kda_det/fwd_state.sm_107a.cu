@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:3b2ad63610df8b9f3cb2e074b4fe774e1814ae0dd9724bf95975840fd33b3981
+// identity: sha256:840c6ad79b12b159f24cc4b553088ecb71dbf997ae0d6279b18c5bc86268bfc8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:0d08bf2532c4f3edb272af8f0e607419366be765b9e1ce363e3b95c3b0694675
+// identity: sha256:f3017e8502b1399ba72b7f1dce3773ff4ab32c4d66c6b8b1912d0723e20b4772
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

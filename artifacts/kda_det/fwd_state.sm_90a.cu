@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:0faaca95590f00c8a77acfa666601b59b458c31f81a2db59f5f06990e63cb7e5
+// identity: sha256:ff1a4436df5b6b014daa2d36fdc521945310eefead88a4a8be29c5593e01ed24
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -88,6 +88,75 @@ __device__ __forceinline__ void cake_prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
+// ---- begin cake/wgmma.cuh ----
+// Warpgroup matrix multiply (wgmma, sm_90a only) on tf32 operands in shared memory; the layout,
+// descriptors and fragment map are docs/wgmma-plan.md's, checked alone by tests/cuda/wgmma_probe.cu.
+//
+// Operand layout: K-major (tf32 wgmma has no transpose), 128-byte swizzle. A tile of ROWS rows is
+// stored as K panels of 32 elements: panel p = ROWS x 128 bytes, row r at r * 128, its 16-byte
+// chunk c at chunk c ^ (r % 8). Tiles start on 1024-byte boundaries (descriptor base offset 0).
+// Accumulators (m64nNk8, f32): warp w of the warpgroup holds rows 16 w + g, 16 w + g + 8; n8 block
+// j holds columns 8 j + 2 t, 8 j + 2 t + 1 as d[4 j], d[4 j + 1] (row 16 w + g) and d[4 j + 2],
+// d[4 j + 3] (row 16 w + g + 8), with g = lane / 4, t = lane % 4.
+
+// Float index of element (row, k) of a ROWS-row tile in that layout.
+template <int ROWS>
+__device__ __forceinline__ int cake_wg_idx(int row, int k) {
+    return (k >> 5) * (ROWS * 32) + row * 32 + ((((k >> 2) & 7) ^ (row & 7)) << 2) + (k & 3);
+}
+
+// Descriptor of rows row0..row0+63 (row0 a multiple of 8) and k8 step s of a ROWS-row tile: panel
+// s / 4, +32 bytes per step inside the swizzled rows; SBO 1024 bytes (8 rows), LBO unused (1),
+// 128-byte swizzle (mode 1 in bits 62-63).
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
+    const unsigned int addr = cake_smem_addr(tile) + (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// d (+)= A B for one k8 step: m64n64k8, f32 accumulators, tf32 operands. acc = 0: d = A B.
+__device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(acc));
+}
+
+// The same with A from registers: a = A(16 w + g, t), A(16 w + g + 8, t), A(16 w + g, t + 4),
+// A(16 w + g + 8, t + 4) of this k8 step (w = warp in the warpgroup), already TF32.
+__device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// Before the first wgmma that reads accumulators written by other instructions.
+__device__ __forceinline__ void cake_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cake_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cake_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+// Shared memory written by ordinary stores, made visible to wgmma's (async proxy) reads.
+__device__ __forceinline__ void cake_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// ---- end cake/wgmma.cuh ----
 
 namespace {
 
@@ -137,103 +206,79 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     const int* __restrict__ precise, const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht,
     float* __restrict__ states_out, int H, int has_h0, int store_ht)
 {
-    extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
-    float* Ws = reinterpret_cast<float*>(smem);  // [64 tok][128 K]
-    float* Qs = Ws + 64 * 128;                   // [64 tok][128 K]
-    float* Ks = Qs + 64 * 128;                   // Kd^T [128 K][64 tok]
-    float* As = Ks + 128 * 64;                   // Aqk [64][64]
-    float* Us = As + 64 * 64;                    // U[:, vblock] [64 tok][64 v]
-    float* Gs = Us + 64 * 64;                    // gl [128]
-    float* St = Gs + 128;                        // S^T [64 v][128 K], TF32 hi part
-    float* Vt = St + 64 * 128;                   // Vnew^T [64 v][64 tok], TF32 hi part
-    float* St2 = Vt + 64 * 64;                   // S^T lo part (S - hi, TF32)
-    float* Vt2 = St2 + 64 * 128;                 // Vnew^T lo part
+    // ---- sm_90a: the products on wgmma (docs/wgmma-plan.md). Warpgroup 0 = the chain (W S, Vnew),
+    // warpgroup 1 = the output (Qg S, Aqk Vnew, o); both update their 64 key rows of S.
+    extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
+    float* Ws = reinterpret_cast<float*>(smem);  // W [64 tok][128 K], wgmma K panels
+    float* Qs = Ws + 8192;                       // Qg, the same
+    float* Ks = Qs + 8192;                       // Kd^T [128 K][64 tok]
+    float* St = Ks + 8192;                       // S^T [64 v][128 K], TF32 hi part
+    float* St2 = St + 8192;                      // S^T lo part
+    float* As = St2 + 8192;                      // Aqk [64][64]
+    float* Vt = As + 4096;                       // Vnew^T [64 v][64 tok], hi part
+    float* Vt2 = Vt + 4096;                      // Vnew^T lo part
+    float* Us = Vt2 + 4096;                      // U[:, vblock] [64 tok][64 v] (el64 layout)
+    float* Gs = Us + 4096;                       // gl [128]
 
     const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3;
+    const int g = (tid & 31) >> 2, t = tid & 3;
     const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
     const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
     const bool split = precise != nullptr && precise[n] != 0;  // block-uniform
+    // Accumulator element x of this thread: row 16 w + g (+ 8 for x & 2) of its warpgroup's 64,
+    // column 8 (x >> 2) + 2 t + (x & 1).
+    auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
+    auto col_of = [&](int x) { return 8 * (x >> 2) + 2 * t + (x & 1); };
+    const int kd0 = 64 * wg;  // this warpgroup's key rows of S
 
-    // State tile owned in registers (mma accumulator layout): K rows kr0 + 16 mi + g (+8),
-    // value columns vc0 + 8 ni + 2t (+1), within this block's 64 columns.
-    const int kr0 = 32 * (warp >> 1), vc0 = 32 * (warp & 1);
-    float S[2][4][4];
+    float S[32];
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int x = 0; x < 32; ++x) {
+        const int d = kd0 + row_of(x), v = col_of(x);
+        float s = 0.f;
+        if (has_h0 == 1) s = h0[state_base + (long long)d * 128 + v];
+        else if (kLocal && has_h0 == 2) s = d == vb * 64 + v ? 1.f : 0.f;  // S = I
+        S[x] = s;
+    }
+    auto store_st = [&]() {
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-            const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-            float2 lo = make_float2(0.f, 0.f), hi = make_float2(0.f, 0.f);
-            if (has_h0 == 1) {
-                lo = *reinterpret_cast<const float2*>(h0 + state_base + (long long)r * 128 + col);
-                hi = *reinterpret_cast<const float2*>(h0 + state_base + (long long)(r + 8) * 128 + col);
-            } else if (kLocal && has_h0 == 2) {  // S = I: value column vb*64 + col of row r
-                const int c = vb * 64 + col;
-                lo = make_float2(r == c ? 1.f : 0.f, r == c + 1 ? 1.f : 0.f);
-                hi = make_float2(r + 8 == c ? 1.f : 0.f, r + 8 == c + 1 ? 1.f : 0.f);
-            }
-            S[mi][ni][0] = lo.x; S[mi][ni][1] = lo.y; S[mi][ni][2] = hi.x; S[mi][ni][3] = hi.y;
+        for (int x = 0; x < 32; ++x) {
+            const int idx = cake_wg_idx<64>(col_of(x), kd0 + row_of(x));
+            split_store(split, St, St2, idx, S[x]);
         }
+    };
+    auto store_global = [&](float* dst, int x0, int x1) {  // S elements x0..x1-1 (pairs)
+#pragma unroll
+        for (int x = x0; x < x1; x += 2)
+            *reinterpret_cast<float2*>(dst + (long long)(kd0 + row_of(x)) * 128 + col_of(x)) = make_float2(S[x], S[x + 1]);
+    };
 
-    // Two load groups per chunk, each issued as soon as its buffers are free: group A (W, Qg)
-    // lands while the previous chunk finishes, group B (U, Aqk, Kd, gl) while Phase 1 runs.
-    // Per-thread parts of the cp.async addresses are chunk-invariant (a row's swizzle depends on
-    // row % 8 only), so each issue is a base pointer plus immediate offsets.
-    const int ra = tid >> 5, ca = tid & 31, rb16 = tid >> 4, cb16 = tid & 15;
-    const int dst_a = at128(ra, ca), src_a = ra * 128 + ca * 4;
-    const int dst_b = at64(rb16, cb16), src_b = rb16 * 64 + cb16 * 4;
-    const int src_u = rb16 * 128 + vb * 64 + cb16 * 4;
     auto issue_a = [&](int ci) {
         const long long base = ((long long)ci * H + h) * 8192;
-        const float* w = W + base + src_a;
-        const float* qg = Qg + base + src_a;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + dst_a + 1024 * i, w + 1024 * i, 16);
-        if (!kLocal)  // Qg and Aqk feed O only
-#pragma unroll
-            for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + dst_a + 1024 * i, qg + 1024 * i, 16);
+        for (int i = 0; i < 8; ++i) {
+            const int idx = tid + 256 * i, r = idx >> 5, c4 = idx & 31;
+            cake_cp_async16(Ws + cake_wg_idx<64>(r, 4 * c4), W + base + r * 128 + 4 * c4, 16);
+            if (!kLocal) cake_cp_async16(Qs + cake_wg_idx<64>(r, 4 * c4), Qg + base + r * 128 + 4 * c4, 16);
+        }
     };
     auto issue_b = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
-        const float* kd = Kd + wsi * 8192 + src_b;
-        const float* aq = Aqk + wsi * 4096 + src_b;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + dst_b + 1024 * i, kd + 1024 * i, 16);
-        if (!kLocal)
+        for (int i = 0; i < 8; ++i) {
+            const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
+            cake_cp_async16(Ks + cake_wg_idx<128>(r, 4 * c4), Kd + wsi * 8192 + r * 64 + 4 * c4, 16);
+        }
 #pragma unroll
-            for (int i = 0; i < 4; ++i) cake_cp_async16(As + dst_b + 1024 * i, aq + 1024 * i, 16);
-        if (!kLocal || U != nullptr) {  // else Us holds the zeros written before the loop
-            const float* u = U + wsi * 8192 + src_u;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) cake_cp_async16(Us + dst_b + 1024 * i, u + 2048 * i, 16);
+        for (int i = 0; i < 4; ++i) {
+            const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
+            if (!kLocal) cake_cp_async16(As + cake_wg_idx<64>(r, 4 * c4), Aqk + wsi * 4096 + r * 64 + 4 * c4, 16);
+            if (!kLocal || U != nullptr)
+                cake_cp_async16(Us + at64(r, c4), U + wsi * 8192 + r * 128 + vb * 64 + 4 * c4, 16);
         }
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + wsi * 128 + 4 * tid, 16);
     };
-    auto store_st = [&]() {
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                split_store(split, St, St2, el128(col, r), S[mi][ni][0]);
-                split_store(split, St, St2, el128(col + 1, r), S[mi][ni][1]);
-                split_store(split, St, St2, el128(col, r + 8), S[mi][ni][2]);
-                split_store(split, St, St2, el128(col + 1, r + 8), S[mi][ni][3]);
-            }
-    };
-    auto store_global = [&](float* dst) {
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                *reinterpret_cast<float2*>(dst + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
-                *reinterpret_cast<float2*>(dst + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
-            }
-    };
-
     auto prefetch_chunk = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
         for (int j = 2 * tid + vb; j < 1156; j += 512) {
@@ -257,164 +302,87 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     }
     store_st();
 
-    // Phase-1 roles: warp rows rb..rb+31 of W (warps 0-3) or Qg (warps 4-7), columns vc0..vc0+31.
-    // The local program has no O (no Qg S, no Phase 3a; Qg and Aqk are not loaded): the chain's
-    // W S is split over all 8 warps instead, each taking the 16-row half `only_mi` of its 32 rows.
-    // Every element is summed in the same order either way, so the results are the same bits.
-    const bool is_o = warp >= 4, want_o = !kLocal;
-    const bool chain = !is_o || kLocal;
-    const int only_mi = kLocal ? warp >> 2 : -1;
-    const int rb = 32 * ((warp >> 1) & 1);
-    const float* Asrc = chain ? Ws : Qs;
-
 #pragma unroll 1
     for (int i = 0; i < nc; ++i) {
         const int ci = c0 + i;
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
-        // Pull chunk i+2 into L2 now, so the cp.async groups of chunk i+1 (issued during this
-        // chunk) hit L2 instead of waiting on DRAM. The two value blocks of a head split the lines.
         if (i + 2 < nc) prefetch_chunk(ci + 2);
         cake_cp_async_wait<1>();
+        cake_fence_proxy_async();  // cp.async data and S^T (generic proxy) -> wgmma's reads
         __syncthreads();
-        // The chunk's start state goes out two float2 stores per kp step of Phase 1, so the store
-        // queue drains under the mma instead of stalling every warp here (ncu, session 4: 22 %
-        // of the pass's stall samples were this store queue when it was issued in one burst).
-        float* const st_out = states_out != nullptr ? states_out + ((long long)ci * H + h) * 16384 + vb * 64 : nullptr;
 
-        // Phase 1: acc = W S (warps 0-3) or Qg S (warps 4-7), K = 128.
-        float acc[2][4][4];
+        // Phase 1: acc = W S (warpgroup 0) or Qg S (warpgroup 1; the local program has no O).
+        float acc[32];
 #pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
+        for (int x = 0; x < 32; ++x) acc[x] = 0.f;  // (the first step overwrites: scale-d = 0)
+        const bool run1 = wg == 0 || !kLocal;
+        if (run1) {
+            const float* Asrc = wg == 0 ? Ws : Qs;
+            cake_wgmma_fence();
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni)
+            for (int s = 0; s < 16; ++s)
+                cake_wgmma_n64(acc, cake_wg_desc<64>(Asrc, 0, s), cake_wg_desc<64>(St, 0, s), s > 0);
+            if (split && wg == 0)  // W S feeds the chain: S's lo part too (O takes hi only)
 #pragma unroll
-                for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.f;
-#pragma unroll
-        for (int kp = 0; kp < 8; ++kp) {
-            if (st_out != nullptr) {
-                const int mi = kp >> 2, ni = kp & 3;
-                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                *reinterpret_cast<float2*>(st_out + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
-                *reinterpret_cast<float2*>(st_out + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
-            }
-            float4 b4[4];
-            if (split && chain) {  // W S feeds the chain: S's lo part too (O takes hi only)
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(St2, at128(vc0 + 8 * ni + g, 4 * kp + t));
-#pragma unroll
-                for (int mi = 0; mi < 2; ++mi) {
-                    if (only_mi >= 0 && mi != only_mi) continue;  // warp-uniform
-                    const float4 alo = ld4(Asrc, at128(rb + 16 * mi + g, 4 * kp + t));
-                    const float4 ahi = ld4(Asrc, at128(rb + 16 * mi + g + 8, 4 * kp + t));
-#pragma unroll
-                    for (int ni = 0; ni < 4; ++ni) mma_k16(acc[mi][ni], alo, ahi, b4[ni]);
-                }
-            }
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(St, at128(vc0 + 8 * ni + g, 4 * kp + t));
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
-                if (only_mi >= 0 && mi != only_mi) continue;
-                const float4 alo = ld4(Asrc, at128(rb + 16 * mi + g, 4 * kp + t));
-                const float4 ahi = ld4(Asrc, at128(rb + 16 * mi + g + 8, 4 * kp + t));
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) mma_k16(acc[mi][ni], alo, ahi, b4[ni]);
-            }
+                for (int s = 0; s < 16; ++s)
+                    cake_wgmma_n64(acc, cake_wg_desc<64>(Ws, 0, s), cake_wg_desc<64>(St2, 0, s), 1);
+            cake_wgmma_commit();
         }
-        __syncthreads();
+        // The chunk's start state goes out while the tensor cores work.
+        if (states_out != nullptr) store_global(states_out + ((long long)ci * H + h) * 16384 + vb * 64, 0, 32);
+        if (run1) cake_wgmma_wait<0>();
+        __syncthreads();  // every read of Ws / Qs done
         if (i + 1 < nc) issue_a(ci + 1);
         cake_cp_async_commit();
-        cake_cp_async_wait<1>();
+        cake_cp_async_wait<1>();  // group B of this chunk
         __syncthreads();
 
-        // Phase 2: Vnew = U - W S, stored transposed for use as the B operand.
-        if (chain) {
+        // Phase 2: Vnew = U - W S (warpgroup 0), stored transposed as the B operand.
+        if (wg == 0) {
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) {
-                    if (only_mi >= 0 && mi != only_mi) continue;
-                    const int r = rb + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                    const float2 ulo = *reinterpret_cast<const float2*>(Us + el64(r, col));
-                    const float2 uhi = *reinterpret_cast<const float2*>(Us + el64(r + 8, col));
-                    split_store(split, Vt, Vt2, el64(col, r), ulo.x - acc[mi][ni][0]);
-                    split_store(split, Vt, Vt2, el64(col + 1, r), ulo.y - acc[mi][ni][1]);
-                    split_store(split, Vt, Vt2, el64(col, r + 8), uhi.x - acc[mi][ni][2]);
-                    split_store(split, Vt, Vt2, el64(col + 1, r + 8), uhi.y - acc[mi][ni][3]);
-                }
-        }
-        __syncthreads();
-
-        // Phase 3a: O = Qg S + Aqk Vnew (lower triangular: rows rb.. need tokens < rb + 32).
-        if (is_o && want_o) {
-#pragma unroll
-            for (int kp = 0; kp < 4; ++kp) {
-                if (16 * kp < rb + 32) {
-                    float4 b4[4];
-#pragma unroll
-                    for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Vt, at64(vc0 + 8 * ni + g, 4 * kp + t));
-#pragma unroll
-                    for (int mi = 0; mi < 2; ++mi) {
-                        const float4 alo = ld4(As, at64(rb + 16 * mi + g, 4 * kp + t));
-                        const float4 ahi = ld4(As, at64(rb + 16 * mi + g + 8, 4 * kp + t));
-#pragma unroll
-                        for (int ni = 0; ni < 4; ++ni) mma_k16(acc[mi][ni], alo, ahi, b4[ni]);
-                    }
-                }
+            for (int x = 0; x < 32; ++x) {
+                const int tok = row_of(x), v = col_of(x);
+                split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok), Us[el64(tok, v)] - acc[x]);
             }
+        }
+        cake_fence_proxy_async();  // Vnew^T and the group-B tiles -> wgmma's reads
+        __syncthreads();
+
+        // Phase 3: O = Qg S + Aqk Vnew (warpgroup 1) and S = diag(gl) S + Kd^T Vnew (both).
+        if (wg == 1 && !kLocal) {
+            cake_wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+                cake_wgmma_n64(acc, cake_wg_desc<64>(As, 0, s), cake_wg_desc<64>(Vt, 0, s), 1);
+            cake_wgmma_commit();
+        }
+#pragma unroll
+        for (int x = 0; x < 32; ++x) S[x] *= Gs[kd0 + row_of(x)];
+        cake_wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+            cake_wgmma_n64(S, cake_wg_desc<128>(Ks, kd0, s), cake_wg_desc<64>(Vt, 0, s), 1);
+        if (split)
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+                cake_wgmma_n64(S, cake_wg_desc<128>(Ks, kd0, s), cake_wg_desc<64>(Vt2, 0, s), 1);
+        cake_wgmma_commit();
+        if (wg == 1 && !kLocal) {
+            cake_wgmma_wait<1>();  // O's group (the S update may still run)
             const long long orow = (long long)H * 128;
             unsigned short* ob = o + (long long)t0 * orow + h * 128 + vb * 64;
 #pragma unroll
-            for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) {
-                    const int r = rb + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                    if (r < L)
-                        *reinterpret_cast<unsigned int*>(ob + r * orow + col) = cake_pack_bf16x2(acc[mi][ni][0], acc[mi][ni][1]);
-                    if (r + 8 < L)
-                        *reinterpret_cast<unsigned int*>(ob + (r + 8) * orow + col) = cake_pack_bf16x2(acc[mi][ni][2], acc[mi][ni][3]);
-                }
-        }
-
-        // Phase 3b: S = diag(gl) S + Kd^T Vnew (every warp, its own 32x32 tile).
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-            const float ga = Gs[kr0 + 16 * mi + g], gb = Gs[kr0 + 16 * mi + g + 8];
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                S[mi][ni][0] *= ga; S[mi][ni][1] *= ga;
-                S[mi][ni][2] *= gb; S[mi][ni][3] *= gb;
+            for (int x = 0; x < 32; x += 2) {
+                const int r = row_of(x), col = col_of(x);
+                if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col) = cake_pack_bf16x2(acc[x], acc[x + 1]);
             }
         }
-#pragma unroll
-        for (int kp = 0; kp < 4; ++kp) {
-            float4 b4[4];
-            if (split) {
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Vt2, at64(vc0 + 8 * ni + g, 4 * kp + t));
-#pragma unroll
-                for (int mi = 0; mi < 2; ++mi) {
-                    const float4 alo = ld4(Ks, at64(kr0 + 16 * mi + g, 4 * kp + t));
-                    const float4 ahi = ld4(Ks, at64(kr0 + 16 * mi + g + 8, 4 * kp + t));
-#pragma unroll
-                    for (int ni = 0; ni < 4; ++ni) mma_k16(S[mi][ni], alo, ahi, b4[ni]);
-                }
-            }
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Vt, at64(vc0 + 8 * ni + g, 4 * kp + t));
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
-                const float4 alo = ld4(Ks, at64(kr0 + 16 * mi + g, 4 * kp + t));
-                const float4 ahi = ld4(Ks, at64(kr0 + 16 * mi + g + 8, 4 * kp + t));
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) mma_k16(S[mi][ni], alo, ahi, b4[ni]);
-            }
-        }
+        cake_wgmma_wait<0>();
         store_st();
-        __syncthreads();
+        __syncthreads();  // every read of Ks / As / Us / Gs / Vt done
         if (i + 1 < nc) issue_b(ci + 1);
         cake_cp_async_commit();
     }
     cake_cp_async_wait<0>();
-    if (store_ht) store_global(ht + state_base);
+    if (store_ht) store_global(ht + state_base, 0, 32);
 }

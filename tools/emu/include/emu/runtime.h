@@ -131,6 +131,18 @@ struct Warp {
     void* out[kWarp];
 };
 
+// A warpgroup (4 consecutive warps, 128 threads) meeting at a wgmma.
+constexpr int kGroup = 128;
+struct Group;
+typedef void (*GroupOp)(Group&);
+struct Group {
+    int arrived = 0;
+    const char* what = "";
+    GroupOp op = nullptr;
+    const void* in[kGroup];
+    void* out[kGroup];
+};
+
 struct Worker {
     // what is launched
     const char* kernel = "";
@@ -144,6 +156,7 @@ struct Worker {
     // the block's threads
     std::vector<Fiber> fibers;
     std::vector<Warp> warps;
+    std::vector<Group> wgroups;
     std::vector<Fiber*> ring;  // runnable fibers (each at most once)
     size_t head = 0, count = 0;
     int bar_arrived = 0, live = 0;
@@ -528,6 +541,116 @@ inline void mma_tf32(float (&d)[4], unsigned int a0, unsigned int a1, unsigned i
     collective(kMma, 0, 0xffffffffu, "mma.sync", &in, d, &op_mma);
 }
 
+// ---- wgmma.mma_async (sm_90a): warpgroup collectives -----------------------------------------------
+// Every thread of the warpgroup arrives with its input and output; the last one runs op over all
+// 128 (each output written before any thread continues), then the warpgroup is released together.
+// The operation is performed at issue: wgmma.fence / commit_group / wait_group and the async-proxy
+// fence have nothing left to order (a program that reads accumulators before its wait is not caught).
+inline void group_collective(const char* what, const void* in, void* out, GroupOp op) {
+    Worker* w = tl;
+    Fiber* f = w->cur;
+    const int gi = f->tid / kGroup, k = f->tid % kGroup;
+    if (w->nthreads < kGroup * (gi + 1)) fail("%s in a partial warpgroup", what);
+    for (int q = 0; q < 4; ++q)
+        if (w->warps[4 * gi + q].live != kWarp)
+            fail("%s after lanes of warp %d exited", what, 4 * gi + q);
+    Group& G = w->wgroups[gi];
+    if (G.arrived == 0) {
+        G.what = what;
+        G.op = op;
+    } else if (G.op != op) {
+        fail("threads of warpgroup %d meet at different collectives: %s and %s", gi, G.what, what);
+    }
+    G.in[k] = in;
+    G.out[k] = out;
+    if (++G.arrived == kGroup) {
+        G.op(G);
+        G.arrived = 0;
+        release(w, kGroup * gi, kGroup, true);
+    }
+    park(w, f, what);
+}
+
+struct WgmmaIn {
+    unsigned long long da, db;  // shared-memory descriptors (da unused when a_regs)
+    int acc;                    // scale-d: 0 gives d = A B
+    int a_regs;                 // A from registers a[0..3]
+    unsigned int a[4];
+};
+
+// Element (row, k) of a K-major operand in shared memory through its descriptor: start address,
+// SBO between 8-row groups, 128-byte rows, k in 0..7 (one k8 step of tf32), and the 128-byte swizzle
+// (address bits 4-6 XOR bits 7-9), the only mode cake uses; anything else is refused.
+inline float wgmma_smem(unsigned long long desc, int row, int k) {
+    Worker* w = tl;
+    const unsigned int start = (unsigned int)(desc & 0x3FFFu) << 4;
+    const unsigned int sbo = (unsigned int)((desc >> 32) & 0x3FFFu) << 4;
+    if ((desc >> 62) != 1u || ((desc >> 49) & 7u) != 0u)
+        fail("wgmma descriptor 0x%016llx: only the 128-byte swizzle with base offset 0 is emulated", desc);
+    unsigned int addr = start + (unsigned int)(row >> 3) * sbo + (unsigned int)(row & 7) * 128u + 4u * (unsigned int)k;
+    addr ^= ((addr >> 7) & 7u) << 4;
+    if (addr + 4 > w->smem_bytes)
+        fail("wgmma operand at shared offset %u, outside the block's %zu bytes", addr, w->smem_bytes);
+    unsigned int bits;
+    memcpy(&bits, w->smem + addr, 4);
+    return tf32_operand(bits);
+}
+
+// m64n64k8 tf32: D = A B (+ D) with exact products accumulated in fp32 from D in k order. Thread k
+// of the group (warp q = k / 32, g = lane / 4, t = lane % 4) holds d[4 j + x] = D(16 q + g + 8 (x >> 1),
+// 8 j + 2 t + (x & 1)); from registers, a = A(16 q + g, t), A(16 q + g + 8, t), A(16 q + g, t + 4),
+// A(16 q + g + 8, t + 4).
+inline void op_wgmma_n64(Group& G) {
+    const WgmmaIn* in0 = static_cast<const WgmmaIn*>(G.in[0]);
+    static thread_local float A[64][8], B[64][8], D[64][64];
+    for (int k = 1; k < kGroup; ++k) {
+        const WgmmaIn* in = static_cast<const WgmmaIn*>(G.in[k]);
+        if (in->db != in0->db || in->acc != in0->acc || in->a_regs != in0->a_regs ||
+            (!in0->a_regs && in->da != in0->da))
+            fail("wgmma: the threads of a warpgroup pass different descriptors or scale-d");
+    }
+    for (int k = 0; k < kGroup; ++k) {
+        const WgmmaIn* in = static_cast<const WgmmaIn*>(G.in[k]);
+        const float* d = static_cast<const float*>(G.out[k]);
+        const int q = k >> 5, g = (k & 31) >> 2, t = k & 3;
+        for (int j = 0; j < 8; ++j)
+            for (int x = 0; x < 4; ++x)
+                D[16 * q + g + 8 * (x >> 1)][8 * j + 2 * t + (x & 1)] = in0->acc ? d[4 * j + x] : 0.f;
+        if (in0->a_regs) {
+            A[16 * q + g][t] = tf32_operand(in->a[0]);
+            A[16 * q + g + 8][t] = tf32_operand(in->a[1]);
+            A[16 * q + g][t + 4] = tf32_operand(in->a[2]);
+            A[16 * q + g + 8][t + 4] = tf32_operand(in->a[3]);
+        }
+    }
+    for (int r = 0; r < 64; ++r)
+        for (int k = 0; k < 8; ++k) {
+            if (!in0->a_regs) A[r][k] = wgmma_smem(in0->da, r, k);
+            B[r][k] = wgmma_smem(in0->db, r, k);
+        }
+    for (int k = 0; k < kGroup; ++k) {
+        float* d = static_cast<float*>(G.out[k]);
+        const int q = k >> 5, g = (k & 31) >> 2, t = k & 3;
+        for (int j = 0; j < 8; ++j)
+            for (int x = 0; x < 4; ++x) {
+                const int m = 16 * q + g + 8 * (x >> 1), n = 8 * j + 2 * t + (x & 1);
+                float acc = D[m][n];
+                for (int kk = 0; kk < 8; ++kk) acc += A[m][kk] * B[n][kk];  // exact products
+                d[4 * j + x] = acc;
+            }
+    }
+}
+
+inline void wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
+    WgmmaIn in{da, db, acc != 0, 0, {0, 0, 0, 0}};
+    group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
+}
+
+inline void wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    WgmmaIn in{0, db, acc != 0, 1, {a[0], a[1], a[2], a[3]}};
+    group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
+}
+
 // ---- conversions ---------------------------------------------------------------------------------
 // cvt.rna.tf32.f32: round to 10 explicit mantissa bits, ties away from zero; NaN stays NaN.
 inline unsigned int cvt_rna_tf32(float x) {
@@ -669,6 +792,7 @@ inline bool prepare(Worker* w, int nthreads, size_t smem_bytes, size_t stack_byt
     w->smem_bytes = smem_bytes;
     w->nthreads = nthreads;
     w->warps.assign((size_t)(nthreads + kWarp - 1) / kWarp, Warp());
+    w->wgroups.assign((size_t)(nthreads + kGroup - 1) / kGroup, Group());
     w->ring.assign((size_t)nthreads, nullptr);
     return true;
 }
@@ -687,6 +811,7 @@ inline bool run_block(Worker* w) {
         w->warps[i] = Warp();
         w->warps[i].live = std::min(kWarp, w->nthreads - kWarp * (int)i);
     }
+    for (Group& G : w->wgroups) G = Group();
     for (int i = 0; i < w->nthreads; ++i) {
         Fiber& f = w->fibers[(size_t)i];
         f.tid = i;
