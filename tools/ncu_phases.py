@@ -8,6 +8,9 @@ line table does not change code generation; the script checks the instruction co
                   ncu -i rep.ncu-rep -k kda_bwd_chunk --page source --csv --print-source sass > x.csv
   here:           python tools/ncu_phases.py x.csv artifacts/kda_det/bwd_chunk.gate-g.l2n-off.sm_90a.cu
 
+With --ops, each section's executed instructions are also split by kind (integer and address
+arithmetic, tensor-core, shared-memory loads / stores, TF32 conversions, float, global, control).
+
 A section starts at each `// ---- ` comment and at the `// (a)`, `// (b)`, `// (c)` sub-phases and
 the few other markers in MARKERS; an inlined helper counts where it was called from.
 """
@@ -75,6 +78,27 @@ def sass_lines(artifact: Path, arch: str, nvdisasm: str) -> list[int]:
     return lines
 
 
+# SASS opcode (first dotted part) -> kind, for --ops; anything else counts as "other".
+KINDS = {
+    "int": ("IMAD", "LOP3", "LEA", "IADD3", "VIADD", "SHF", "SEL", "ISETP", "MOV", "UIADD3", "IABS",
+            "ULOP3", "UMOV", "ULEA", "USHF", "UISETP", "PRMT", "S2R", "S2UR", "CS2R", "IMNMX", "POPC"),
+    "mma": ("HMMA", "HGMMA", "WARPGROUP"),
+    "lds": ("LDS", "LDSM"),
+    "sts": ("STS",),
+    "cvt": ("F2FP", "F2F", "I2F", "F2I"),
+    "fp": ("FADD", "FMUL", "FFMA", "MUFU", "FSETP", "FSEL", "FMNMX", "FCHK"),
+    "global": ("LDG", "STG", "LDGSTS", "LDGDEPBAR", "CCTL", "LDC", "ULDC"),
+    "ctl": ("BRA", "BAR", "BSSY", "BSYNC", "EXIT", "DEPBAR", "WARPSYNC", "NOP", "RET", "CALL"),
+}
+KIND_OF = {op: k for k, ops in KINDS.items() for op in ops}
+
+
+def kind(source: str) -> str:
+    words = source.split()
+    op = words[1] if words and words[0].startswith("@") and len(words) > 1 else words[0] if words else ""
+    return KIND_OF.get(op.split(".")[0], "other")
+
+
 def sections(artifact: Path) -> list[tuple[int, str]]:
     out = [(0, "(prologue)")]
     for n, row in enumerate(artifact.read_text().splitlines(), 1):
@@ -89,6 +113,7 @@ def main() -> None:
     p.add_argument("artifact", type=Path)
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--nvdisasm", default="nvdisasm")
+    p.add_argument("--ops", action="store_true", help="also split each section's instructions by kind")
     a = p.parse_args()
     opener = gzip.open if a.csv.endswith(".gz") else open
     with opener(a.csv, "rt") as f:
@@ -117,6 +142,7 @@ def main() -> None:
         s["samples"] += num(r, "Warp Stall Sampling (All Samples)")
         s["insts"] += num(r, "Instructions Executed")
         s["wavefronts"] += num(r, "L1 Wavefronts Shared")
+        s["kind:" + kind(r[cols["Source"]].strip())] += num(r, "Instructions Executed")
         for st in STALLS:
             s[st] += num(r, f"stall_{st}")
     tot = {k: sum(s[k] for s in agg.values()) for k in ("samples", "insts", "wavefronts")}
@@ -133,6 +159,17 @@ def main() -> None:
             f"{name:42s} {100 * s['samples'] / tot['samples']:6.1f} "
             f"{100 * s['insts'] / tot['insts']:6.1f} {100 * s['wavefronts'] / max(1, tot['wavefronts']):6.1f}  {stalls}"
         )
+    if a.ops:
+        names = [*KINDS, "other"]
+        print(f"\n{'instructions by kind (% of section)':42s} {'inst%':>6s}  " + " ".join(f"{k:>6s}" for k in names))
+        for i, (_, name) in enumerate(secs):
+            s = agg.get(i)
+            if not s or not s["insts"]:
+                continue
+            shares = " ".join(f"{100 * s['kind:' + k] / s['insts']:6.1f}" for k in names)
+            print(f"{name:42s} {100 * s['insts'] / tot['insts']:6.1f}  {shares}")
+        whole = " ".join(f"{100 * sum(s['kind:' + k] for s in agg.values()) / tot['insts']:6.1f}" for k in names)
+        print(f"{'whole kernel':42s} {100.0:6.1f}  {whole}")
     allst = {st: sum(s[st] for s in agg.values()) for st in STALLS}
     print(
         "whole kernel:",

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:9781df44821c18a07e689bd7a50bacb4a56079f9e83b7668e95a7a6e5b081be8
+// identity: sha256:4161c5233dc173ffda707a3882bc2709034e2367274e9e30309c4f704620fcb2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

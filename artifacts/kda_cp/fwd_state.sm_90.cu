@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:5246a7e3c5fb54292ee28ed8fe56db8199dc168785aac3b891736a86d0777fe1
+// identity: sha256:fe0a5ce39a8e6aa0302195511dd0339f9290bf9751a4b61251d60f8078478889
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

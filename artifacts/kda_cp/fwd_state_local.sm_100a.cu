@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:6bcdcb488fc810800ec4ad72f039a4e69b228bc48c0029844022909e32252515
+// identity: sha256:10b2891c2734aa21f8af8f3b0266d897d20034de1b5b5858368ea04041486603
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:77cb5714a66e9741dfbd8683f0853f82aa409d0d790031d6c6c19f6789b3249d
+// identity: sha256:5f6484deed7f55df9a4d52745d1e4e26ad2ed9a5035ed75c5b509c884ed6a2b0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

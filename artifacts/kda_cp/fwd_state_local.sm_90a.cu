@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:7999fce9c1a0666d0f61793beb068b725ced9bffa710c26f2091f894975f4415
+// identity: sha256:1acf22ad432868b48d29e11c4adf492ba3240b28bedb6971401967cf7e602442
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -263,20 +263,33 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             if (!kLocal) cake_cp_async16(Qs + cake_wg_idx<64>(r, 4 * c4), Qg + base + r * 128 + 4 * c4, 16);
         }
     };
-    auto issue_b = [&](int ci) {
+    // Phase 3's operands (Kd^T, Aqk) of a chunk, into buffer b: 0 = (Ks, As); 1 = (St2, Vt2),
+    // free on rows that are not precise, so there each chunk's pair is loaded a chunk ahead.
+    auto issue_k = [&](int ci, int b) {
         const long long wsi = (long long)ci * H + h;
+        float* kb = b ? St2 : Ks;
+        float* ab = b ? Vt2 : As;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
-            cake_cp_async16(Ks + cake_wg_idx<128>(r, 4 * c4), Kd + wsi * 8192 + r * 64 + 4 * c4, 16);
+            cake_cp_async16(kb + cake_wg_idx<128>(r, 4 * c4), Kd + wsi * 8192 + r * 64 + 4 * c4, 16);
         }
+        if (!kLocal)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
-            if (!kLocal) cake_cp_async16(As + cake_wg_idx<64>(r, 4 * c4), Aqk + wsi * 4096 + r * 64 + 4 * c4, 16);
-            if (!kLocal || U != nullptr)
+            for (int i = 0; i < 4; ++i) {
+                const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
+                cake_cp_async16(ab + cake_wg_idx<64>(r, 4 * c4), Aqk + wsi * 4096 + r * 64 + 4 * c4, 16);
+            }
+    };
+    // Phase 2's U columns and phase 3's gl (read into registers in phase 2).
+    auto issue_u = [&](int ci) {
+        const long long wsi = (long long)ci * H + h;
+        if (!kLocal || U != nullptr)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
                 cake_cp_async16(Us + at64(r, c4), U + wsi * 8192 + r * 128 + vb * 64 + 4 * c4, 16);
-        }
+            }
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + wsi * 128 + 4 * tid, 16);
     };
     auto prefetch_chunk = [&](int ci) {
@@ -291,23 +304,35 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
     };
 
+    // cp.async groups, committed in this order: per chunk i, A(i+1) after phase 1, U(i+1) after
+    // phase 2 and a K group after phase 3: K(i+2) into buffer i & 1 when the row is not precise
+    // (double-buffered), else K(i+1) into buffer 0; the prologue commits K(0) (double) or nothing,
+    // then A(0), U(0), and the first K group, so every wait below counts the same groups.
+    const bool dbl = !split;  // block-uniform
     if (kLocal && U == nullptr)
         for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier
     if (nc > 1) prefetch_chunk(c0 + 1);
+    if (dbl && nc > 0) issue_k(c0, 0);
+    cake_cp_async_commit();
     if (nc > 0) {
         issue_a(c0);
         cake_cp_async_commit();
-        issue_b(c0);
+        issue_u(c0);
         cake_cp_async_commit();
     }
+    if (dbl ? nc > 1 : nc > 0) issue_k(dbl ? c0 + 1 : c0, dbl ? 1 : 0);
+    cake_cp_async_commit();
     store_st();
 
 #pragma unroll 1
     for (int i = 0; i < nc; ++i) {
         const int ci = c0 + i;
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
+        const int kb = dbl ? i & 1 : 0;
+        const float* Kc = kb ? St2 : Ks;
+        const float* Ac = kb ? Vt2 : As;
         if (i + 2 < nc) prefetch_chunk(ci + 2);
-        cake_cp_async_wait<1>();
+        cake_cp_async_wait<2>();   // A(i): after it only U(i) and a K group were committed
         cake_fence_proxy_async();  // cp.async data and S^T (generic proxy) -> wgmma's reads
         __syncthreads();
 
@@ -334,10 +359,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         __syncthreads();  // every read of Ws / Qs done
         if (i + 1 < nc) issue_a(ci + 1);
         cake_cp_async_commit();
-        cake_cp_async_wait<1>();  // group B of this chunk
+        cake_cp_async_wait<2>();  // U(i): after it the K group and A(i+1)
         __syncthreads();
 
-        // Phase 2: Vnew = U - W S (warpgroup 0), stored transposed as the B operand.
+        // Phase 2: Vnew = U - W S (warpgroup 0), stored transposed as the B operand; gl to registers.
         if (wg == 0) {
 #pragma unroll
             for (int x = 0; x < 32; ++x) {
@@ -345,7 +370,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok), Us[el64(tok, v)] - acc[x]);
             }
         }
-        cake_fence_proxy_async();  // Vnew^T and the group-B tiles -> wgmma's reads
+        const float gl0 = Gs[kd0 + row_of(0)], gl1 = Gs[kd0 + row_of(2)];
+        __syncthreads();  // every read of Us / Gs done
+        if (i + 1 < nc) issue_u(ci + 1);
+        cake_cp_async_commit();
+        // K(i): double-buffered, committed before A(i), U(i), K(i+1), A(i+1), U(i+1); else
+        // before A(i+1), U(i+1).
+        if (dbl) cake_cp_async_wait<5>();
+        else cake_cp_async_wait<2>();
+        cake_fence_proxy_async();  // Vnew^T and the group-K tiles -> wgmma's reads
         __syncthreads();
 
         // Phase 3: O = Qg S + Aqk Vnew (warpgroup 1) and S = diag(gl) S + Kd^T Vnew (both).
@@ -353,19 +386,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 8; ++s)
-                cake_wgmma_n64(acc, cake_wg_desc<64>(As, 0, s), cake_wg_desc<64>(Vt, 0, s), 1);
+                cake_wgmma_n64(acc, cake_wg_desc<64>(Ac, 0, s), cake_wg_desc<64>(Vt, 0, s), 1);
             cake_wgmma_commit();
         }
 #pragma unroll
-        for (int x = 0; x < 32; ++x) S[x] *= Gs[kd0 + row_of(x)];
+        for (int x = 0; x < 32; ++x) S[x] *= (x & 2) ? gl1 : gl0;
         cake_wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 8; ++s)
-            cake_wgmma_n64(S, cake_wg_desc<128>(Ks, kd0, s), cake_wg_desc<64>(Vt, 0, s), 1);
+            cake_wgmma_n64(S, cake_wg_desc<128>(Kc, kd0, s), cake_wg_desc<64>(Vt, 0, s), 1);
         if (split)
 #pragma unroll
             for (int s = 0; s < 8; ++s)
-                cake_wgmma_n64(S, cake_wg_desc<128>(Ks, kd0, s), cake_wg_desc<64>(Vt2, 0, s), 1);
+                cake_wgmma_n64(S, cake_wg_desc<128>(Kc, kd0, s), cake_wg_desc<64>(Vt2, 0, s), 1);
         cake_wgmma_commit();
         if (wg == 1 && !kLocal) {
             cake_wgmma_wait<1>();  // O's group (the S update may still run)
@@ -379,8 +412,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
         cake_wgmma_wait<0>();
         store_st();
-        __syncthreads();  // every read of Ks / As / Us / Gs / Vt done
-        if (i + 1 < nc) issue_b(ci + 1);
+        __syncthreads();  // every read of buffer kb, Vt and Vt2 done
+        if (dbl ? i + 2 < nc : i + 1 < nc) issue_k(dbl ? ci + 2 : ci + 1, kb);
         cake_cp_async_commit();
     }
     cake_cp_async_wait<0>();

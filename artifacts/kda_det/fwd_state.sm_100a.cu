@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:9b14a4ac1dbff47e39ba0e197a48ad71307e3bf4d2cbd822cc0dd1bf5401e220
+// identity: sha256:682f119e5da4c779697157edc8a5c8dd686cda8659fa62aae3444e14f81f6790
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

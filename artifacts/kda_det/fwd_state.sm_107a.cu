@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:840c6ad79b12b159f24cc4b553088ecb71dbf997ae0d6279b18c5bc86268bfc8
+// identity: sha256:2ecc116fce80ee97a3be3a9558f9ee7554eeed040a406e2848cb5dae98cd76ee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:f3017e8502b1399ba72b7f1dce3773ff4ab32c4d66c6b8b1912d0723e20b4772
+// identity: sha256:8de56e7bc6ebd5c7afb849c88c91563e9e6ff8b28d0f0c1221c1171e6b668c6d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
