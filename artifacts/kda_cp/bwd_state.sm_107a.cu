@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:71fd7db2488d1ffd7b25146a8b5937fe4699f9aa59de03d11cb0da00eea8b94a
+// identity: sha256:f5938de34512becc082061bdf491635b992d438154332aaadc06e3810e945f0e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

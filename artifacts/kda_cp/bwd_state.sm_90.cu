@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:cfce4b232ef8f354b5e75d512b7795c2895e803bcdaed8167ae6483778179ecc
+// identity: sha256:3f9614e16c332a92baf1df18aa126c543d3462bf62dffa2a7357019753a48897
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

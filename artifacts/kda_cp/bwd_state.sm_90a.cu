@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:3fc25ba9704e30b3b7eaff77e423644d7cc4913a90958caa48530945696c8576
+// identity: sha256:255a6e6ba50a782052461241404a6c25caa2ea0f32143141874461b99b0d8bac
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -142,6 +142,19 @@ __device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// m64n32k8 with A from registers (the same a as cake_wgmma_n64_rs); B rows (n) from the
+// descriptor's row0 on, d[4 j + x] for n8 blocks j = 0..3.
+__device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
@@ -329,34 +342,34 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         cake_fence_proxy_async();  // dO^T and dS^T (generic stores) -> wgmma's reads
         __syncthreads();
 
-        // Phase A (warpgroup 0): dVn = Aqk^T dO + Kd dS (64 tokens x 64 values).
-        float acc[32];
+        // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values), warpgroup wg its 32 value
+        // columns 32 wg + [0, 32) (m64n32: the same k steps per element as one m64n64 product).
+        float acc[16];
 #pragma unroll
-        for (int x = 0; x < 32; ++x) acc[x] = 0.f;
-        if (wg == 0) {
-            cake_wgmma_fence();
+        for (int x = 0; x < 16; ++x) acc[x] = 0.f;
+        const int vw = 32 * wg;
+        cake_wgmma_fence();
 #pragma unroll
-            for (int s = 0; s < 8; ++s) {
-                unsigned int a[4];
-                afrag(As, 64, 0, s, a);
-                cake_wgmma_n64_rs(acc, a, cake_wg_desc<64>(Ot, 0, s), s > 0);
-            }
-#pragma unroll
-            for (int s = 0; s < 16; ++s) {
-                unsigned int a[4];
-                afrag(Ks, 64, 0, s, a);
-                cake_wgmma_n64_rs(acc, a, cake_wg_desc<64>(St, 0, s), 1);
-            }
-            cake_wgmma_commit();
+        for (int s = 0; s < 8; ++s) {
+            unsigned int a[4];
+            afrag(As, 64, 0, s, a);
+            cake_wgmma_n32_rs(acc, a, cake_wg_desc<64>(Ot, vw, s), s > 0);
         }
+#pragma unroll 4
+        for (int s = 0; s < 16; ++s) {
+            unsigned int a[4];
+            afrag(Ks, 64, 0, s, a);
+            cake_wgmma_n32_rs(acc, a, cake_wg_desc<64>(St, vw, s), 1);
+        }
+        cake_wgmma_commit();
         // The gradient of this chunk's END state goes out while the tensor cores work.
         if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
-        if (wg == 0) {
-            cake_wgmma_wait<0>();
+        cake_wgmma_wait<0>();
+        {
             float* out = dVn + wsi * 8192 + vb * 64;
 #pragma unroll
-            for (int x = 0; x < 32; ++x) {
-                const int tok = row_of(x), v = col_of(x);
+            for (int x = 0; x < 16; ++x) {
+                const int tok = row_of(x), v = vw + col_of(x);
                 if (dVn != nullptr && (x & 1) == 0)
                     *reinterpret_cast<float2*>(out + tok * 128 + v) = make_float2(acc[x], acc[x + 1]);
                 // Negated so that phase B only adds: -W^T dVn = W^T (-dVn), negation is exact.

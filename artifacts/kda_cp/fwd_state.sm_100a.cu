@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:6562524a23b8e4fb0f4077c520d57328b5d5a9b0a7343a4e0c1ebf05b6819906
+// identity: sha256:6a5f05b00fbf54d5d043aa599ea6b3486fa83d270a5acd767d600eff37774a51
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

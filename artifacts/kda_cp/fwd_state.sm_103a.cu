@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:4161c5233dc173ffda707a3882bc2709034e2367274e9e30309c4f704620fcb2
+// identity: sha256:78f502d74fa1d048bddd10468f07195a6e7a3d324ad2e465d4edecf1eae65d3f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:289547fb053218e78589771be20c0391be265c32e10f14bf2ee84f083325a2f8
+// identity: sha256:21dd8acb66e1260cdf3802bbe51b078009f874b90340cb78d9ffd4d1f65b0e66
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

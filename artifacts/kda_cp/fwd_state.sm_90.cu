@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:fe0a5ce39a8e6aa0302195511dd0339f9290bf9751a4b61251d60f8078478889
+// identity: sha256:5b78ceadfa936e90a40f50a461b397f278abc2896f8f6544b29304e77f247815
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

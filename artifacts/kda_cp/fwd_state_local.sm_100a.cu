@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:10b2891c2734aa21f8af8f3b0266d897d20034de1b5b5858368ea04041486603
+// identity: sha256:6ffc63f98db040cada5e9cf9be3383874846139c4e0083b05fc16ba8376f3c40
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

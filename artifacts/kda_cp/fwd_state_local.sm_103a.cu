@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:46bd4c3c7d85a6e05c878fbee8f887851b3e00a473e17b212295a48ada54e7b8
+// identity: sha256:48f666bbb8f938c0ba751ad65ea40b32a9f9eaf4033ff9ed13070b22dc0bc024
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

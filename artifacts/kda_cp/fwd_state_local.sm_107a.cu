@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:5f6484deed7f55df9a4d52745d1e4e26ad2ed9a5035ed75c5b509c884ed6a2b0
+// identity: sha256:ac036e78cdeb8e834809cb0285ea3ad4b6acd4f0f38a7877f830257e535088e0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

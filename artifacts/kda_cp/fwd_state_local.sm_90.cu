@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:cce641403cc43a83e7a6b23203e203303dbad7259dfc000007ca3f6e7f583ad2
+// identity: sha256:e0ac84bc353be55424776c1ecc906cfbe150c9749eb836f54beec341d122437b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

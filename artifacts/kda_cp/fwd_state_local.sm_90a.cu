@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:1acf22ad432868b48d29e11c4adf492ba3240b28bedb6971401967cf7e602442
+// identity: sha256:0299b8371bae3039affbc8e013ff32f1d6c1ea1b32e7388b9a4c2def27144c00
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -145,6 +145,19 @@ __device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
+// m64n32k8 with A from registers (the same a as cake_wgmma_n64_rs); B rows (n) from the
+// descriptor's row0 on, d[4 j + x] for n8 blocks j = 0..3.
+__device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
 // Before the first wgmma that reads accumulators written by other instructions.
 __device__ __forceinline__ void cake_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cake_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -221,11 +234,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     float* Gs = Us + 4096;                       // gl [128]
 
     const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
-    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3;
+    // wg and split through a warp shuffle: ptxas then knows them warp-uniform, and a wgmma under a
+    // branch on them is not serialized (C7518 / C7519 "divergent path" otherwise).
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), w = (tid >> 5) & 3;
     const int g = (tid & 31) >> 2, t = tid & 3;
     const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
     const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
-    const bool split = precise != nullptr && precise[n] != 0;  // block-uniform
+    const bool split = __shfl_sync(0xffffffffu, int(precise != nullptr && precise[n] != 0), 0) != 0;  // block-uniform
     // Accumulator element x of this thread: row 16 w + g (+ 8 for x & 2) of its warpgroup's 64,
     // column 8 (x >> 2) + 2 t + (x & 1).
     auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
@@ -323,11 +338,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     if (dbl ? nc > 1 : nc > 0) issue_k(dbl ? c0 + 1 : c0, dbl ? 1 : 0);
     cake_cp_async_commit();
     store_st();
+    // Each chunk's (first token, length) is loaded a chunk ahead: the o store's address math
+    // waited on this load at the top of every chunk (12 % of the stall samples, ncu).
+    int2 tl = nc > 0 ? *reinterpret_cast<const int2*>(chunks + 2 * c0) : make_int2(0, 0);
 
 #pragma unroll 1
     for (int i = 0; i < nc; ++i) {
         const int ci = c0 + i;
-        const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
+        const int t0 = tl.x, L = tl.y;
+        if (i + 1 < nc) tl = *reinterpret_cast<const int2*>(chunks + 2 * (ci + 1));
         const int kb = dbl ? i & 1 : 0;
         const float* Kc = kb ? St2 : Ks;
         const float* Ac = kb ? Vt2 : As;
@@ -335,6 +354,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         cake_cp_async_wait<2>();   // A(i): after it only U(i) and a K group were committed
         cake_fence_proxy_async();  // cp.async data and S^T (generic proxy) -> wgmma's reads
         __syncthreads();
+
+        // The chunk's start state goes out first: a register read of S (a wgmma accumulator)
+        // between a wgmma's issue and its wait serializes every wgmma (ptxas C7514).
+        if (states_out != nullptr) store_global(states_out + ((long long)ci * H + h) * 16384 + vb * 64, 0, 32);
 
         // Phase 1: acc = W S (warpgroup 0) or Qg S (warpgroup 1; the local program has no O).
         float acc[32];
@@ -353,8 +376,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     cake_wgmma_n64(acc, cake_wg_desc<64>(Ws, 0, s), cake_wg_desc<64>(St2, 0, s), 1);
             cake_wgmma_commit();
         }
-        // The chunk's start state goes out while the tensor cores work.
-        if (states_out != nullptr) store_global(states_out + ((long long)ci * H + h) * 16384 + vb * 64, 0, 32);
         if (run1) cake_wgmma_wait<0>();
         __syncthreads();  // every read of Ws / Qs done
         if (i + 1 < nc) issue_a(ci + 1);
@@ -381,7 +402,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         cake_fence_proxy_async();  // Vnew^T and the group-K tiles -> wgmma's reads
         __syncthreads();
 
-        // Phase 3: O = Qg S + Aqk Vnew (warpgroup 1) and S = diag(gl) S + Kd^T Vnew (both).
+        // Phase 3: O = Qg S + Aqk Vnew (warpgroup 1) and S = diag(gl) S + Kd^T Vnew (both). S is
+        // scaled before any product is issued (a register read inside the wgmma pipeline stage
+        // serializes it, ptxas C7514).
+#pragma unroll
+        for (int x = 0; x < 32; ++x) S[x] *= (x & 2) ? gl1 : gl0;
         if (wg == 1 && !kLocal) {
             cake_wgmma_fence();
 #pragma unroll
@@ -389,8 +414,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 cake_wgmma_n64(acc, cake_wg_desc<64>(Ac, 0, s), cake_wg_desc<64>(Vt, 0, s), 1);
             cake_wgmma_commit();
         }
-#pragma unroll
-        for (int x = 0; x < 32; ++x) S[x] *= (x & 2) ? gl1 : gl0;
         cake_wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 8; ++s)
@@ -400,8 +423,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             for (int s = 0; s < 8; ++s)
                 cake_wgmma_n64(S, cake_wg_desc<128>(Kc, kd0, s), cake_wg_desc<64>(Vt2, 0, s), 1);
         cake_wgmma_commit();
+        cake_wgmma_wait<0>();  // (o after the S update too: reading acc while S's group runs serializes)
         if (wg == 1 && !kLocal) {
-            cake_wgmma_wait<1>();  // O's group (the S update may still run)
             const long long orow = (long long)H * 128;
             unsigned short* ob = o + (long long)t0 * orow + h * 128 + vb * 64;
 #pragma unroll
@@ -410,7 +433,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col) = cake_pack_bf16x2(acc[x], acc[x + 1]);
             }
         }
-        cake_wgmma_wait<0>();
         store_st();
         __syncthreads();  // every read of buffer kb, Vt and Vt2 done
         if (dbl ? i + 2 < nc : i + 1 < nc) issue_k(dbl ? ci + 2 : ci + 1, kb);

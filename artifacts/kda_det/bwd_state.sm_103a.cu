@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:78d0c1477188379715735c6c56500597eba224278150d98ea961d7a90abef051
+// identity: sha256:a924b6d1542439e26190e25ed9c3f9af3c0b9aca0e5bc1d241ec286b4ecf7994
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:52543705c8ae485ba8e1f08e2d94296856e16ac2a2742358858a214608db0323
+// identity: sha256:c4c0524a9bf2fe3214b80eacc8a2c643727c70ece6b6d2dd48aaec07daeb8ed8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:682f119e5da4c779697157edc8a5c8dd686cda8659fa62aae3444e14f81f6790
+// identity: sha256:3da6cb0e14c3cd879bf0e9427987a0f891673163c1585b55a29dd87a5450a41b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

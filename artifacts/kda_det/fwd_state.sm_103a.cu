@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:25f35a28b5e232086e352045addb247cbdbec5399dac2459f57abadab73b6fc5
+// identity: sha256:5afb79ca52feb29151d163d1bdf47e01eab611f475bfdc54b065a99e936d7d6f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:2ecc116fce80ee97a3be3a9558f9ee7554eeed040a406e2848cb5dae98cd76ee
+// identity: sha256:8f34db5ad43a5d271d08e3df603a6baebe96bc1f018a2494fb3a9e902633d8e7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

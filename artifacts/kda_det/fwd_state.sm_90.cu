@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:8de56e7bc6ebd5c7afb849c88c91563e9e6ff8b28d0f0c1221c1171e6b668c6d
+// identity: sha256:55756050e3b5fdc732d2f3037603dfb6dd11bb7593c2ad973fedeaf7105ac230
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

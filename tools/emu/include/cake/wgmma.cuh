@@ -1,4 +1,4 @@
-// twin of generators/include/cake/wgmma.cuh sha256:1b67c74e208c88255bf1fec8f08631bc889df0fb8540d3eecf3fbab51160672a
+// twin of generators/include/cake/wgmma.cuh sha256:b696a20521788d32c66da7e9271479313fe1d6ba1633bbf746123e7d0cc00bc4
 #pragma once
 
 // The layout helpers are plain C++, the same as on the GPU.
@@ -21,6 +21,11 @@ __device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long lon
 // The same with A from registers (see emu::op_wgmma_n64 for the register map).
 __device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned long long db, int acc) {
     ::emu::wgmma_n64_rs(d, a, db, acc);
+}
+
+// m64n32k8, A from registers.
+__device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    ::emu::wgmma_n32_rs(d, a, db, acc);
 }
 
 // The emulated wgmma completes at issue: the fences and the group wait order nothing more.

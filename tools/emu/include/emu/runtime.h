@@ -576,6 +576,7 @@ struct WgmmaIn {
     int acc;                    // scale-d: 0 gives d = A B
     int a_regs;                 // A from registers a[0..3]
     unsigned int a[4];
+    int n;                      // 64 or 32 columns
 };
 
 // Element (row, k) of a K-major operand in shared memory through its descriptor: start address,
@@ -596,16 +597,18 @@ inline float wgmma_smem(unsigned long long desc, int row, int k) {
     return tf32_operand(bits);
 }
 
-// m64n64k8 tf32: D = A B (+ D) with exact products accumulated in fp32 from D in k order. Thread k
+// m64nNk8 tf32 (N = 64 or 32): D = A B (+ D) with exact products accumulated in fp32 from D in k order. Thread k
 // of the group (warp q = k / 32, g = lane / 4, t = lane % 4) holds d[4 j + x] = D(16 q + g + 8 (x >> 1),
 // 8 j + 2 t + (x & 1)); from registers, a = A(16 q + g, t), A(16 q + g + 8, t), A(16 q + g, t + 4),
 // A(16 q + g + 8, t + 4).
 inline void op_wgmma_n64(Group& G) {
     const WgmmaIn* in0 = static_cast<const WgmmaIn*>(G.in[0]);
     static thread_local float A[64][8], B[64][8], D[64][64];
+    if (in0->n != 64 && in0->n != 32) fail("wgmma: n = %d is not emulated", in0->n);
+    const int nb = in0->n / 8;
     for (int k = 1; k < kGroup; ++k) {
         const WgmmaIn* in = static_cast<const WgmmaIn*>(G.in[k]);
-        if (in->db != in0->db || in->acc != in0->acc || in->a_regs != in0->a_regs ||
+        if (in->db != in0->db || in->acc != in0->acc || in->a_regs != in0->a_regs || in->n != in0->n ||
             (!in0->a_regs && in->da != in0->da))
             fail("wgmma: the threads of a warpgroup pass different descriptors or scale-d");
     }
@@ -613,7 +616,7 @@ inline void op_wgmma_n64(Group& G) {
         const WgmmaIn* in = static_cast<const WgmmaIn*>(G.in[k]);
         const float* d = static_cast<const float*>(G.out[k]);
         const int q = k >> 5, g = (k & 31) >> 2, t = k & 3;
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < nb; ++j)
             for (int x = 0; x < 4; ++x)
                 D[16 * q + g + 8 * (x >> 1)][8 * j + 2 * t + (x & 1)] = in0->acc ? d[4 * j + x] : 0.f;
         if (in0->a_regs) {
@@ -626,12 +629,12 @@ inline void op_wgmma_n64(Group& G) {
     for (int r = 0; r < 64; ++r)
         for (int k = 0; k < 8; ++k) {
             if (!in0->a_regs) A[r][k] = wgmma_smem(in0->da, r, k);
-            B[r][k] = wgmma_smem(in0->db, r, k);
+            if (r < in0->n) B[r][k] = wgmma_smem(in0->db, r, k);
         }
     for (int k = 0; k < kGroup; ++k) {
         float* d = static_cast<float*>(G.out[k]);
         const int q = k >> 5, g = (k & 31) >> 2, t = k & 3;
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < nb; ++j)
             for (int x = 0; x < 4; ++x) {
                 const int m = 16 * q + g + 8 * (x >> 1), n = 8 * j + 2 * t + (x & 1);
                 float acc = D[m][n];
@@ -642,12 +645,17 @@ inline void op_wgmma_n64(Group& G) {
 }
 
 inline void wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
-    WgmmaIn in{da, db, acc != 0, 0, {0, 0, 0, 0}};
+    WgmmaIn in{da, db, acc != 0, 0, {0, 0, 0, 0}, 64};
     group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
 }
 
 inline void wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned long long db, int acc) {
-    WgmmaIn in{0, db, acc != 0, 1, {a[0], a[1], a[2], a[3]}};
+    WgmmaIn in{0, db, acc != 0, 1, {a[0], a[1], a[2], a[3]}, 64};
+    group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
+}
+
+inline void wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    WgmmaIn in{0, db, acc != 0, 1, {a[0], a[1], a[2], a[3]}, 32};
     group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
 }
 
