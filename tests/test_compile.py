@@ -80,7 +80,12 @@ def test_program_compiles(entry: Entry, compiles: dict[str, Future[Compiled]]) -
     # ptxas C7510-C7519: a wgmma under a branch it cannot prove warp-uniform, or an accumulator
     # read between a wgmma's issue and its wait, makes it wait for every wgmma to finish before
     # the next issues (the state passes ran so for a session, 2026-11-29).
-    serialized = [line for line in compiled.log.splitlines() if "wgmma.mma_async instructions are serialized" in line]
+    # C7517: a wait injected after a wgmma whose registers are read too early.
+    serialized = [
+        line
+        for line in compiled.log.splitlines()
+        if "wgmma.mma_async instructions are serialized" in line or "wgmma.wait_group is injected" in line
+    ]
     assert not serialized, serialized
 
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:31481a3141d22498994d32a1eea8ad93d45486d591b8c63722a7b2517dafb4fc
+// identity: sha256:83e4972284338d054117ee1ff659cb42fd95593ec8fd1797289abc6eebdf7c8a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:3f9614e16c332a92baf1df18aa126c543d3462bf62dffa2a7357019753a48897
+// identity: sha256:70b461b4cc0f2b63edb2a22a52dc17cf506546858ebe4991bb45db35991d7058
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:1e7d8e0379b5398053ffc9f9459c111ccc80964d96130ce4015418331e76c847
+// identity: sha256:66790adda6fcc576f1817e6c3e573bc655fc32d7e0aa9423f8a2a9333fd667a1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

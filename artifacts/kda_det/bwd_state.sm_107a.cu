@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:f232f2fba79f664009ae5d054f8abafbfa4b8d44885b18edd3fc10fd9f46614e
+// identity: sha256:62d9b22ac0decb2083e8b62930620bb1d68175912e42871d7d6a199bb268a1c4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:499ab52e125185787558ac3fa53a47517b3f7932ffa19206f8020c84d78b4edc
+// identity: sha256:e98f9a6110bba3047d17367ac13387810d97c67ec2d7039d865edbe65d48ceeb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -344,6 +344,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 
         // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values), warpgroup wg its 32 value
         // columns 32 wg + [0, 32) (m64n32: the same k steps per element as one m64n64 product).
+        // The gradient of this chunk's END state goes out first: dS (a wgmma accumulator) read
+        // between phase A's issue and its wait made ptxas inject a wait there (C7517).
+        if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
         float acc[16];
 #pragma unroll
         for (int x = 0; x < 16; ++x) acc[x] = 0.f;
@@ -362,8 +365,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             cake_wgmma_n32_rs(acc, a, cake_wg_desc<64>(St, vw, s), 1);
         }
         cake_wgmma_commit();
-        // The gradient of this chunk's END state goes out while the tensor cores work.
-        if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
         cake_wgmma_wait<0>();
         {
             float* out = dVn + wsi * 8192 + vb * 64;
