@@ -84,7 +84,8 @@ def test_program_compiles(entry: Entry, compiles: dict[str, Future[Compiled]]) -
     serialized = [
         line
         for line in compiled.log.splitlines()
-        if "wgmma.mma_async instructions are serialized" in line or "wgmma.wait_group is injected" in line
+        if "wgmma.mma_async instructions are serialized" in line
+        or "wgmma.wait_group is injected" in line
     ]
     assert not serialized, serialized
 

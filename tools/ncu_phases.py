@@ -80,8 +80,30 @@ def sass_lines(artifact: Path, arch: str, nvdisasm: str) -> list[int]:
 
 # SASS opcode (first dotted part) -> kind, for --ops; anything else counts as "other".
 KINDS = {
-    "int": ("IMAD", "LOP3", "LEA", "IADD3", "VIADD", "SHF", "SEL", "ISETP", "MOV", "UIADD3", "IABS",
-            "ULOP3", "UMOV", "ULEA", "USHF", "UISETP", "PRMT", "S2R", "S2UR", "CS2R", "IMNMX", "POPC"),
+    "int": (
+        "IMAD",
+        "LOP3",
+        "LEA",
+        "IADD3",
+        "VIADD",
+        "SHF",
+        "SEL",
+        "ISETP",
+        "MOV",
+        "UIADD3",
+        "IABS",
+        "ULOP3",
+        "UMOV",
+        "ULEA",
+        "USHF",
+        "UISETP",
+        "PRMT",
+        "S2R",
+        "S2UR",
+        "CS2R",
+        "IMNMX",
+        "POPC",
+    ),
     "mma": ("HMMA", "HGMMA", "WARPGROUP"),
     "lds": ("LDS", "LDSM"),
     "sts": ("STS",),
@@ -95,7 +117,13 @@ KIND_OF = {op: k for k, ops in KINDS.items() for op in ops}
 
 def kind(source: str) -> str:
     words = source.split()
-    op = words[1] if words and words[0].startswith("@") and len(words) > 1 else words[0] if words else ""
+    op = (
+        words[1]
+        if words and words[0].startswith("@") and len(words) > 1
+        else words[0]
+        if words
+        else ""
+    )
     return KIND_OF.get(op.split(".")[0], "other")
 
 
@@ -113,7 +141,9 @@ def main() -> None:
     p.add_argument("artifact", type=Path)
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--nvdisasm", default="nvdisasm")
-    p.add_argument("--ops", action="store_true", help="also split each section's instructions by kind")
+    p.add_argument(
+        "--ops", action="store_true", help="also split each section's instructions by kind"
+    )
     a = p.parse_args()
     opener = gzip.open if a.csv.endswith(".gz") else open
     with opener(a.csv, "rt") as f:
@@ -161,14 +191,19 @@ def main() -> None:
         )
     if a.ops:
         names = [*KINDS, "other"]
-        print(f"\n{'instructions by kind (% of section)':42s} {'inst%':>6s}  " + " ".join(f"{k:>6s}" for k in names))
+        print(
+            f"\n{'instructions by kind (% of section)':42s} {'inst%':>6s}  "
+            + " ".join(f"{k:>6s}" for k in names)
+        )
         for i, (_, name) in enumerate(secs):
             s = agg.get(i)
             if not s or not s["insts"]:
                 continue
             shares = " ".join(f"{100 * s['kind:' + k] / s['insts']:6.1f}" for k in names)
             print(f"{name:42s} {100 * s['insts'] / tot['insts']:6.1f}  {shares}")
-        whole = " ".join(f"{100 * sum(s['kind:' + k] for s in agg.values()) / tot['insts']:6.1f}" for k in names)
+        whole = " ".join(
+            f"{100 * sum(s['kind:' + k] for s in agg.values()) / tot['insts']:6.1f}" for k in names
+        )
         print(f"{'whole kernel':42s} {100.0:6.1f}  {whole}")
     allst = {st: sum(s[st] for s in agg.values()) for st in STALLS}
     print(
