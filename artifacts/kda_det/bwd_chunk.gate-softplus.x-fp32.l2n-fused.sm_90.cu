@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:a169a1b024b633b581b24fb69fc281cea8af57e20c49996b375e0e133b58b23a
+// identity: sha256:45f2d9d8bafde90bb8f2c021127a2757bbadd2f3366189b57087c4641d7e7871
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -151,6 +151,33 @@ __device__ __forceinline__ int swz(int r) { return (((r >> 2) & 3) << 1) ^ ((r &
 template <int W>
 __device__ __forceinline__ int fx(int r, int c) { return r * W + ((((c >> 2) ^ swz(r))) << 2) + (c & 3); }
 
+// Row cursors: the float4 at (row r, column 16 kp + 4 t) of a W-wide tile is at
+// fx<W>(r, 16 kp + 4 t) = (kp even ? ev : od) + 32 (kp >> 1), since swz(r) flips bit 1 of the
+// chunk's low part (t) and bit 0 of kp only. Row r + 8 swaps ev and od (swz flips bit 2), row
+// r + 16 keeps them (+ 16 W): one cursor serves rows r + 8 a, and the loop's loads take immediate
+// offsets instead of recomputing the swizzle per load.
+struct FxRow { int ev, od; };
+template <int W>
+__device__ __forceinline__ FxRow fx_row(int r, int t) {
+    const int s = swz(r), q = t ^ (s & 3), p = s >> 2;
+    return {r * W + 4 * q + 16 * p, r * W + 4 * q + 16 - 16 * p};
+}
+template <int W>
+__device__ __forceinline__ FxRow fx_row_plus(FxRow a, int a8) {  // row r + 8 a8 (a8 a constant)
+    return (a8 & 1) ? FxRow{a.od + 8 * a8 * W, a.ev + 8 * a8 * W} : FxRow{a.ev + 8 * a8 * W, a.od + 8 * a8 * W};
+}
+__device__ __forceinline__ int fx_at(FxRow a, int kp) { return ((kp & 1) ? a.od : a.ev) + 32 * (kp >> 1); }
+
+// Pair-interleaved A tile [64][128] (Y = T^T dVn): rows r and r + 8 of a 16-row block share a
+// 256-float pair row (pair 8 (r >> 4) + (r & 7)); element (r, k) at 2 k + ((r >> 3) & 1), its
+// 16-byte chunk k >> 1 XOR-ed by 5 (r & 1). One float4 at chunk 2 t (+ 1) is then exactly the A
+// quad {A[g][4t], A[g+8][4t], A[g][4t+1], A[g+8][4t+1]} of mma_k16's first (second) mma, so no
+// register moves assemble it; the mma accumulator's (i0, i1) x (col, col + 1) is one float4 store.
+// Quarter-warp accesses (g = 2q, 2q + 1; t = 0..3) of both are conflict-free: chunks 2 t ^ 5 and
+// t ^ 5 differ in bit 0 / bit 2 from the even row's.
+__device__ __forceinline__ int px_pair(int r) { return 8 * (r >> 4) + (r & 7); }
+__device__ __forceinline__ int px_chunk(int r, int c) { return px_pair(r) * 256 + ((c ^ (5 * (r & 1))) << 2); }
+
 // bf16 [64][128] tiles (q, k, v, dO): kda_fwd_chunk's layout, u = 4-element unit (0..31).
 __device__ __forceinline__ int sw_bf16(int r) { return ((r ^ (r >> 2)) & 3) << 2; }
 __device__ __forceinline__ int at_bf16(int r, int u) { return r * 128 + ((u ^ sw_bf16(r)) << 2); }
@@ -197,6 +224,15 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
                   __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));
     cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),
                   __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
+}
+
+// The same 16-deep step with the two A quads as stored in a pair-interleaved tile (px_chunk):
+// q0 = {a_lo.x, a_hi.x, a_lo.y, a_hi.y}, q1 = {a_lo.z, a_hi.z, a_lo.w, a_hi.w} of mma_k16.
+__device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, const float4& q1, const float4& b) {
+    cake_mma_tf32(d, __float_as_uint(q0.x), __float_as_uint(q0.y), __float_as_uint(q0.z),
+                  __float_as_uint(q0.w), __float_as_uint(b.x), __float_as_uint(b.y));
+    cake_mma_tf32(d, __float_as_uint(q1.x), __float_as_uint(q1.y), __float_as_uint(q1.z),
+                  __float_as_uint(q1.w), __float_as_uint(b.z), __float_as_uint(b.w));
 }
 
 // Compiler-only fence: shared-memory loads after it are not hoisted above it, which bounds how many
@@ -423,8 +459,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
-            *reinterpret_cast<float2*>(RC + fx<128>(i0, col)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
-            *reinterpret_cast<float2*>(RC + fx<128>(i1, col)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
+            *reinterpret_cast<float4*>(RC + px_chunk(i0, col >> 1)) =
+                make_float4(rtf32(acc[ni][0]), rtf32(acc[ni][2]), rtf32(acc[ni][1]), rtf32(acc[ni][3]));
         }
     }
     cake_cp_async_wait<0>();  // S_c
@@ -437,16 +473,24 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         CAKE_REIDX;
         float aO[4][4], aY[4][4];
         zero16(aO); zero16(aY);
-#pragma unroll 2
-        for (int kp = 0; kp < 8; ++kp) {
-            const int v0 = 16 * kp + 4 * t;
-            const float4 olo = ld4_bf16(os, i0, 4 * kp + t), ohi = ld4_bf16(os, i1, 4 * kp + t);
-            const float4 ylo = ldf4(RC, fx<128>(i0, v0)), yhi = ldf4(RC, fx<128>(i1, v0));
+        const FxRow bb = fx_row<128>(32 * cq + g, t);
+        // chunks 8 kp + 2 t (+ 1) of pair row i0: + 32 kp (the XOR with 5 (g & 1) keeps bit 3 up)
+        const float* yq0 = RC + px_chunk(i0, 2 * t);
+        const float* yq1 = RC + px_chunk(i0, 2 * t + 1);
+#pragma unroll 1
+        for (int k2 = 0; k2 < 4; ++k2) {
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const float4 b4 = r4(ldf4(RD, fx<128>(32 * cq + 8 * ni + g, v0)));
-                mma_k16(aO[ni], olo, ohi, b4);
-                mma_k16(aY[ni], ylo, yhi, b4);
+            for (int j = 0; j < 2; ++j) {
+                const int kp = 2 * k2 + j;
+                const float4 olo = ld4_bf16(os, i0, 4 * kp + t), ohi = ld4_bf16(os, i1, 4 * kp + t);
+                const float4 y0 = *reinterpret_cast<const float4*>(yq0 + 32 * kp);
+                const float4 y1 = *reinterpret_cast<const float4*>(yq1 + 32 * kp);
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    const float4 b4 = r4(ldf4(RD, fx_at(fx_row_plus<128>(bb, ni), kp)));
+                    mma_k16(aO[ni], olo, ohi, b4);
+                    mma_k16q(aY[ni], y0, y1, b4);
+                }
             }
         }
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
@@ -566,15 +610,36 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
         zero16(acc);
         const int nact = min(4, max(0, (16 * rb + 16 - jb) >> 3));  // n-tiles with columns <= row block end
-#pragma unroll 2
-        for (int kp = 0; kp < 8; ++kp) {
-            const int v0 = 16 * kp + 4 * t;
-            float4 alo, ahi;
-            if (which == 0) { alo = ld4_bf16(os, i0, 4 * kp + t); ahi = ld4_bf16(os, i1, 4 * kp + t); }
-            else { alo = ldf4(RC, fx<128>(i0, v0)); ahi = ldf4(RC, fx<128>(i1, v0)); }
+        const FxRow vb = fx_row<128>(jb + g, t);
+        // One loop per A source (which is warp-uniform): the A quads from the bf16 dO rows
+        // (converted into place) or from the pair-interleaved Y, with no branch inside.
+        auto product = [&](auto quads) {
+#pragma unroll 1
+            for (int k2 = 0; k2 < 4; ++k2) {
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni)
-                if (ni < nact) mma_k16(acc[ni], alo, ahi, ldf4(Vn, fx<128>(jb + 8 * ni + g, v0)));
+                for (int j = 0; j < 2; ++j) {
+                    const int kp = 2 * k2 + j;
+                    float4 q0, q1;
+                    quads(kp, q0, q1);
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni)
+                        if (ni < nact) mma_k16q(acc[ni], q0, q1, ldf4(Vn, fx_at(fx_row_plus<128>(vb, ni), kp)));
+                }
+            }
+        };
+        if (which == 0) {
+            product([&](int kp, float4& q0, float4& q1) {
+                const float4 alo = ld4_bf16(os, i0, 4 * kp + t), ahi = ld4_bf16(os, i1, 4 * kp + t);
+                q0 = make_float4(alo.x, ahi.x, alo.y, ahi.y);
+                q1 = make_float4(alo.z, ahi.z, alo.w, ahi.w);
+            });
+        } else {
+            const float* yq0 = RC + px_chunk(i0, 2 * t);  // Y quads as in phase 3a
+            const float* yq1 = RC + px_chunk(i0, 2 * t + 1);
+            product([&](int kp, float4& q0, float4& q1) {
+                q0 = *reinterpret_cast<const float4*>(yq0 + 32 * kp);
+                q1 = *reinterpret_cast<const float4*>(yq1 + 32 * kp);
+            });
         }
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
