@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:cf176af2e2cc8334d6acacf472479b34d02cf01379282f2fc5b0308f383863bb
+// identity: sha256:ca6e768ce5dcaa2686e940dad21ccc605a4f72a4ad9d0b7bc4ceee1bcade99ed
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -685,13 +685,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 __syncthreads();
             }
             const float* Bs = half == 0 ? RD : RC;
+            const FxRow va = fx_row<128>(i0, t), vb = fx_row_plus<128>(va, 1);
+            const FxRow bb = fx_row<64>(32 * cq + g, t);
 #pragma unroll
             for (int kp = 0; kp < 4; ++kp) {
-                const int v0 = 16 * kp + 4 * t;
-                const float4 alo = ldf4(Vn, fx<128>(i0, 64 * half + v0)), ahi = ldf4(Vn, fx<128>(i1, 64 * half + v0));
+                const float4 alo = ldf4(Vn, fx_at(va, 4 * half + kp)), ahi = ldf4(Vn, fx_at(vb, 4 * half + kp));
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni)
-                    mma_k16(acc[ni], alo, ahi, r4a(ldf4(Bs, fx<64>(32 * cq + 8 * ni + g, v0))));
+                    mma_k16(acc[ni], alo, ahi, r4a(ldf4(Bs, fx_at(fx_row_plus<64>(bb, ni), kp))));
             }
         }
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma
