@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:8d910b2c8e1d0e9a60d934652ac5284236ceca61292f52a1c516c2a3722f9737
+// identity: sha256:920a64184cb6b72a12dbd9df3f4e3d02edd1a953e39e11d8506e83a70962f29a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -692,7 +692,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const float4 alo = ldf4(Vn, fx_at(va, 4 * half + kp)), ahi = ldf4(Vn, fx_at(vb, 4 * half + kp));
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni)
-                    mma_k16(acc[ni], alo, ahi, r4a(ldf4(Bs, fx_at(fx_row_plus<64>(bb, ni), kp))));
+                    mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs, fx_at(fx_row_plus<64>(bb, ni), kp))));
             }
         }
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:c397f154622249eeac28eb7d50f13495b8c138ff9bbe69f79bf73887e6bb62e9
+// identity: sha256:c873986810281ed9b3e9383195a6023e5e121a93e828ac96148ad7c9c45fff80
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -694,7 +694,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const float4 alo = ldf4(Vn, fx_at(va, 4 * half + kp)), ahi = ldf4(Vn, fx_at(vb, 4 * half + kp));
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni)
-                    mma_k16(acc[ni], alo, ahi, r4a(ldf4(Bs, fx_at(fx_row_plus<64>(bb, ni), kp))));
+                    mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs, fx_at(fx_row_plus<64>(bb, ni), kp))));
             }
         }
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:c336887434c685c854a82b57b6b21133927d0dce074cc677a68ed55c67a01718
+// identity: sha256:bb6a7207d6f09ae80039475d88c97d60598b4b971dcd94d72d0af8d426b051d1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -694,7 +694,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const float4 alo = ldf4(Vn, fx_at(va, 4 * half + kp)), ahi = ldf4(Vn, fx_at(vb, 4 * half + kp));
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni)
-                    mma_k16(acc[ni], alo, ahi, r4a(ldf4(Bs, fx_at(fx_row_plus<64>(bb, ni), kp))));
+                    mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs, fx_at(fx_row_plus<64>(bb, ni), kp))));
             }
         }
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma
