@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:55247450c44484a7ef93ada38abf5972f1710daa309df48e68c0082d81350253
+// identity: sha256:7f1c619becf564c8a5c4f504d3b265ed44c0be3a3c3be61b5b7ae54c1a605501
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -167,6 +167,16 @@ __device__ __forceinline__ FxRow fx_row_plus(FxRow a, int a8) {  // row r + 8 a8
     return (a8 & 1) ? FxRow{a.od + 8 * a8 * W, a.ev + 8 * a8 * W} : FxRow{a.ev + 8 * a8 * W, a.od + 8 * a8 * W};
 }
 __device__ __forceinline__ int fx_at(FxRow a, int kp) { return ((kp & 1) ? a.od : a.ev) + 32 * (kp >> 1); }
+// Transposed gathers (ldt4<W>(s, 16 kp + 4 t, m)): row 16 kp + 4 t + e has swz = 2 t ^ 4 (e & 1)
+// whatever kp, so element e of column m is at tg_col(W, t, m, e & 1) + e W + 16 W kp.
+__device__ __forceinline__ int tg_col(int W, int t, int m, int par) {
+    return 4 * t * W + ((((m >> 2) ^ (2 * t) ^ (4 * par))) << 2) + (m & 3);
+}
+template <int W>
+__device__ __forceinline__ float4 ldt4_at(const float* s, int q0, int q1, int kp) {
+    const float* b = s + 16 * W * kp;
+    return make_float4(b[q0], b[q1 + W], b[q0 + 2 * W], b[q1 + 3 * W]);
+}
 
 // Pair-interleaved A tile [64][128] (Y = T^T dVn): rows r and r + 8 of a 16-row block share a
 // 256-float pair row (pair 8 (r >> 4) + (r & 7)); element (r, k) at 2 k + ((r >> 3) & 1), its
@@ -524,6 +534,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             X[ni][2] = ld1_bf16(vs, i1, col); X[ni][3] = ld1_bf16(vs, i1, col + 1);
         }
         const float rk0 = rkf(i0), rk1 = rkf(i1);
+        int bq[4][2];  // S_c^T gathers of the four n-tiles' columns
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int par = 0; par < 2; ++par) bq[ni][par] = tg_col(128, t, 32 * cq + 8 * ni + g, par);
 #pragma unroll 2
         for (int kp = 0; kp < 8; ++kp) {
             const int d0 = 16 * kp + 4 * t;
@@ -536,7 +551,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             ahi.z = -rtf32(kb.z * rk1 * cake_ex2(gb.z)); ahi.w = -rtf32(kb.w * rk1 * cake_ex2(gb.w));
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni)
-                mma_k16(X[ni], alo, ahi, r4(ldt4<128>(RD, d0, 32 * cq + 8 * ni + g)));
+                mma_k16(X[ni], alo, ahi, r4(ldt4_at<128>(RD, bq[ni][0], bq[ni][1], kp)));
         }
     }
     // dgl[d] = sum_v S_c[d][v] dS_end[d][v]: four threads per d, fixed order.
