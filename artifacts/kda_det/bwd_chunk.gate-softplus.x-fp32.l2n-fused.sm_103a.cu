@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:0902fd0e42b08b6c59fcbf8fd4f44b69161ad80130f0b9f4d1af32c7a283443b
+// identity: sha256:186552f3e7bdd98e92e1937b71037345b98d4d845f109163b13baa50cb903e58
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -436,9 +436,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             const float2 yb = *reinterpret_cast<const float2*>(RC + fx<128>(i1, col));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
+        const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
+        const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
+        int bq[4][2];  // dVn gathers of the four n-tiles' columns
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int par = 0; par < 2; ++par) bq[ni][par] = tg_col(128, t, 32 * cq + 8 * ni + g, par);
         for (int kp = rb; kp < 4; ++kp) {  // T^T[i][j] = T[j][i] is zero for j < i
             const int j0 = 16 * kp + 4 * t;
-            float4 alo = r4(ldt4<64>(TT, j0, i0)), ahi = r4(ldt4<64>(TT, j0, i1));
+            float4 alo = r4(ldt4_at<64>(TT, a00, a01, kp)), ahi = r4(ldt4_at<64>(TT, a10, a11, kp));
             if (kp == rb) {  // drop T[i][i] = 1: rows j0 + e against columns i0 = 16 rb + g, i1 = i0 + 8
                 const int e0 = 4 * t;
                 if (e0 + 0 == g) alo.x = 0.f; if (e0 + 1 == g) alo.y = 0.f;
@@ -448,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni)
-                mma_k16(acc[ni], alo, ahi, r4(ldt4<128>(RC, j0, 32 * cq + 8 * ni + g)));
+                mma_k16(acc[ni], alo, ahi, r4(ldt4_at<128>(RC, bq[ni][0], bq[ni][1], kp)));
         }
         const float b0 = bs[i0], b1 = bs[i1];
 #pragma unroll
