@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call: GPU tests (shipped arch, then the sm_90 twins), compute-sanitizer on a small
 # set, accuracy and forward speed against FLA 0.6.0. Logs go to $OUT. Usage on the H200:
-#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed kernels diag long long-report speed-long host probe)
+#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed kernels diag long long-report speed-long host probe bits ab)
+# bits / ab compare this tree with .base (tools/ab_prepare.sh): o and every gradient bitwise (one
+# fwd+bwd per BITS_ROWS entry, row:variant), and per-kernel times (kernels in both trees, twice here).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=/tmp/cake-cache CAKE_QUIET=1
@@ -27,6 +29,17 @@ for step in $steps; do
     speed-long) timeout ${SPEED_S:-400} python3 tools/bench.py --rows long,long4 --impl fla,cake,cake1 --ops fwd,fwd+bwd --variants g:off:saved --json "$OUT/speed-long.json" 2>&1 | tee "$OUT/speed-long.log" | tail -12 ;;
     kernels) timeout 120 python3 tools/kernel_times.py --rows ${ROWS:-1doc,4doc,R2,m2} --variant ${VARIANT:-g:off:saved} 2>&1 | tee "$OUT/kernels.log" | tail -70 ;;
     diag) timeout 120 python3 tools/diag_dbeta.py 2>&1 | tail -12 ;;
+    bits) for rv in ${BITS_ROWS:-1doc:g:off:saved m2:raw:fused:replay R2:g:off:saved}; do
+        row=${rv%%:*} variant=${rv#*:}
+        timeout 120 python3 tools/one_step.py --row "$row" --variant "$variant" --save /tmp/bits-new.pt >/dev/null 2>&1
+        (cd .base && CAKE_BUNDLE_DIR=$PWD/.bundle timeout 120 python3 tools/one_step.py --row "$row" --variant "$variant" --save /tmp/bits-base.pt >/dev/null 2>&1)
+        echo "$row $variant: $(python3 tools/one_step.py --compare /tmp/bits-new.pt /tmp/bits-base.pt 2>&1 | tr -s ' ' | tr '\n' ';')"
+      done 2>&1 | tee "$OUT/bits.log" ;;
+    ab) for k in new base new2; do
+        if [ $k = base ]; then (cd .base && OUT=$OUT/base bash tools/device_check.sh kernels > "$OUT/k-$k.txt" 2>&1)
+        else bash tools/device_check.sh kernels > "$OUT/k-$k.txt" 2>&1; fi
+      done
+      for k in new base new2; do echo "== $k"; grep -E "segments=|kda_|total" "$OUT/k-$k.txt" | grep -v at::native; done ;;
     probe) timeout 120 python3 -m pytest -q -m sm90 -rf tests/test_wgmma_probe_gpu.py 2>&1 | tee "$OUT/probe.log" | tail -8 ;;
     latency) python3 tools/load_latency.py >/dev/null 2>&1; python3 tools/load_latency.py --json "$OUT/latency.json" ;;
   esac
