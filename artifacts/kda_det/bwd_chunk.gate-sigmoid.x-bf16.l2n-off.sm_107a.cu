@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:6f25a6d14535f05c29d22eaeb1cb36437491ffb4dc2245003949c7256c68410c
+// identity: sha256:e9b465b2f8b92a74c460324ace255f2d2317491139bd6eee0e92c8f606f7b236
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -173,6 +173,11 @@ __device__ __forceinline__ int fx_at(FxRow a, int kp) { return ((kp & 1) ? a.od 
 // whatever kp, so element e of column m is at tg_col(W, t, m, e & 1) + e W + 16 W kp.
 __device__ __forceinline__ int tg_col(int W, int t, int m, int par) {
     return 4 * t * W + ((((m >> 2) ^ (2 * t) ^ (4 * par))) << 2) + (m & 3);
+}
+// The bf16 element (16 J + 4 t + e, d) of a [64][128] bf16 tile: its swizzle sw_bf16 depends on
+// (e ^ t) only, so it is at bf_col(t, d, e) + 2048 J.
+__device__ __forceinline__ int bf_col(int t, int d, int e) {
+    return (4 * t + e) * 128 + ((((d >> 2) ^ (4 * ((e ^ t) & 3)))) << 2) + (d & 3);
 }
 template <int W>
 __device__ __forceinline__ float4 ldt4_at(const float* s, int q0, int q1, int kp) {
@@ -772,19 +777,32 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 for (int n = 0; n < 2; ++n)
 #pragma unroll
                     for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = 0.f;
+                int gq[2][2], kq[2][4];  // gathers of G and k rows 16 J + 4 t + e, columns d
+                float grn[2];
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                    const int d = 32 * cq + 8 * (2 * nh + n) + g;
+                    grn[n] = gs[fx<128>(r, d)];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        if (e < 2) gq[n][e] = tg_col(128, t, d, e);
+                        kq[n][e] = bf_col(t, d, e);
+                    }
+                }
                 for (int J = 0; J < rb; ++J) {
                     const int j0 = 16 * J + 4 * t;
                     const float4 q1lo = r4(ldf4(TT, fx<64>(i0, j0))), q1hi = r4(ldf4(TT, fx<64>(i1, j0)));
                     const float4 k1lo = r4(ldf4(AK, fx<64>(i0, j0))), k1hi = r4(ldf4(AK, fx<64>(i1, j0)));
+                    const float* gJ = gs + 2048 * J;
+                    const unsigned short* kJ = ks + 2048 * J;
 #pragma unroll
                     for (int n = 0; n < 2; ++n) {
-                        const int d = 32 * cq + 8 * (2 * nh + n) + g;
-                        const float gr = gs[fx<128>(r, d)];
+                        const float gr = grn[n];
                         float4 bh, bl;  // hi + lo: see (c)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const int j = j0 + e;
-                            split_tf32(ld1_bf16(ks, j, d) * rkf(j) * cake_ex2(gr - gs[fx<128>(j, d)]), e4(bh, e), e4(bl, e));
+                            split_tf32(cake_bf16_to_f32(kJ[kq[n][e]]) * rkf(j) * cake_ex2(gr - gJ[gq[n][e & 1] + 128 * e]), e4(bh, e), e4(bl, e));
                         }
                         mma_k16(aq[n], q1lo, q1hi, bl);
                         mma_k16(aq[n], q1lo, q1hi, bh);
@@ -819,21 +837,38 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 for (int n = 0; n < 2; ++n)
 #pragma unroll
                     for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = 0.f;
+                // gathers: dA^T rows (columns i0, i1 of T / Akk), G / q / k rows 16 I + 4 t + e
+                const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
+                const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
+                int gq[2][2], bq[2][4];
+                float gen[2];
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                    const int d = 32 * cq + 8 * (2 * nh + n) + g;
+                    gen[n] = gs[fx<128>(er, d)];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        if (e < 2) gq[n][e] = tg_col(128, t, d, e);
+                        bq[n][e] = bf_col(t, d, e);
+                    }
+                }
                 for (int I = rb + 1; I < 4; ++I) {
                     const int k0 = 16 * I + 4 * t;
-                    const float4 q1lo = r4(ldt4<64>(TT, k0, i0)), q1hi = r4(ldt4<64>(TT, k0, i1));
-                    const float4 k1lo = r4(ldt4<64>(AK, k0, i0)), k1hi = r4(ldt4<64>(AK, k0, i1));
+                    const float4 q1lo = r4(ldt4_at<64>(TT, a00, a01, I)), q1hi = r4(ldt4_at<64>(TT, a10, a11, I));
+                    const float4 k1lo = r4(ldt4_at<64>(AK, a00, a01, I)), k1hi = r4(ldt4_at<64>(AK, a10, a11, I));
+                    const float* gI = gs + 2048 * I;
+                    const unsigned short* qI = qs + 2048 * I;
+                    const unsigned short* kI = ks + 2048 * I;
 #pragma unroll
                     for (int n = 0; n < 2; ++n) {
-                        const int d = 32 * cq + 8 * (2 * nh + n) + g;
-                        const float ge = gs[fx<128>(er, d)];
+                        const float ge = gen[n];
                         float4 bqh, bql, bkh, bkl;  // hi + lo: see (c)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const int i = k0 + e;
-                            const float f = cake_ex2(gs[fx<128>(i, d)] - ge);
-                            split_tf32(ld1_bf16(qs, i, d) * rqf(i) * f, e4(bqh, e), e4(bql, e));
-                            split_tf32(ld1_bf16(ks, i, d) * rkf(i) * f, e4(bkh, e), e4(bkl, e));
+                            const float f = cake_ex2(gI[gq[n][e & 1] + 128 * e] - ge);
+                            split_tf32(cake_bf16_to_f32(qI[bq[n][e]]) * rqf(i) * f, e4(bqh, e), e4(bql, e));
+                            split_tf32(cake_bf16_to_f32(kI[bq[n][e]]) * rkf(i) * f, e4(bkh, e), e4(bkl, e));
                         }
                         mma_k16(aq[n], q1lo, q1hi, bql);
                         mma_k16(aq[n], q1lo, q1hi, bqh);
