@@ -96,6 +96,24 @@ def test_every_sm90_program_translates(arch):
         assert "emu_launch_" in unit
 
 
+def test_nested_headers_keep_their_own_form():
+    """A header inlined inside another (wgmma.cuh includes wgmma_layout.cuh): the outer one is
+    swapped for its twin, the inner one (no asm) stays as rendered, ahead of the twin."""
+    text = (
+        "// ---- begin cake/wgmma.cuh ----\n#pragma once\n"
+        "// ---- begin cake/wgmma_layout.cuh ----\nint cake_layout_marker() { return 7; }\n"
+        "// ---- end cake/wgmma_layout.cuh ----\n"
+        'void cake_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }\n'
+        "// ---- end cake/wgmma.cuh ----\n"
+        "__global__ void k() {}\n"
+    )
+    unit = translation_unit(text, "nested", ["k"])
+    inner = unit.index("int cake_layout_marker()")
+    twin = unit.index("(emu twin)")
+    assert twin < inner < unit.index("::emu::wgmma_n64(")
+    assert "wgmma.fence.sync.aligned" not in unit
+
+
 # ---- against the float64 reference --------------------------------------------------------------
 
 

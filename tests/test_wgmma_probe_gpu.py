@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.sm90]
 SOURCE = Path(__file__).parent / "cuda" / "wgmma_probe.cu"
 HEADERS = [
     Path(__file__).parent.parent / "generators" / "include" / "cake" / n
-    for n in ("cp_async.cuh", "wgmma.cuh")
+    for n in ("cp_async.cuh", "wgmma_layout.cuh", "wgmma.cuh")
 ]
 SMEM = 65536
 

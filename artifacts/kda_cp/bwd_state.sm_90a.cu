@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:7c3f2ee662462182cc94e906396af272568132a823825466303d8e7c702d86b9
+// identity: sha256:5e5dd0723155647af43c836143ea7d5cac64b20f612e906a07e2a6ffcd241b4b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -98,6 +98,10 @@ __device__ __forceinline__ void cake_prefetch_l2(const void* p) {
 // Accumulators (m64nNk8, f32): warp w of the warpgroup holds rows 16 w + g, 16 w + g + 8; n8 block
 // j holds columns 8 j + 2 t, 8 j + 2 t + 1 as d[4 j], d[4 j + 1] (row 16 w + g) and d[4 j + 2],
 // d[4 j + 3] (row 16 w + g + 8), with g = lane / 4, t = lane % 4.
+// ---- begin cake/wgmma_layout.cuh ----
+// The K-major, 128-byte-swizzled shared-memory layout of wgmma's tf32 operands and their
+// descriptors (docs/wgmma-plan.md): plain C++, so the CPU emulator compiles this header as it is
+// (cake/wgmma.cuh, the instructions, has a CPU twin).
 
 // Float index of element (row, k) of a ROWS-row tile in that layout.
 template <int ROWS>
@@ -113,6 +117,7 @@ __device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, in
     const unsigned int addr = cake_smem_addr(tile) + (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
+// ---- end cake/wgmma_layout.cuh ----
 
 // d (+)= A B for one k8 step: m64n64k8, f32 accumulators, tf32 operands. acc = 0: d = A B.
 __device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {

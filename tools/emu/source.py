@@ -62,20 +62,31 @@ def _without_pragma_once(text: str) -> str:
 
 
 def _swap_header(match: re.Match[str], include_dir: Path | None) -> str:
+    """One inlined header, with the headers it includes (nested sections, handled the same way
+    first): a header with a CPU twin is replaced by the twin, one without asm is kept."""
     name, body = match.group(1), match.group(2)
+    nested = [(m, _swap_header(m, include_dir)) for m in _SECTION.finditer(body)]
+    own = _SECTION.sub("", body)  # the header's own text
     twin = twin_path(name)
     if twin.is_file():
         text = twin.read_text()
-        missing = sorted({n for n in _NAME.findall(body) if not re.search(rf"\b{n}\b", text)})
+        missing = sorted({n for n in _NAME.findall(own) if not re.search(rf"\b{n}\b", text)})
         if missing:
             raise SourceError(f"{twin} lacks {', '.join(missing)}, which {name} defines")
         if include_dir is not None and (why := twin_drift(name, include_dir / name)):
             warnings.warn(why, stacklevel=4)
-        body = _without_pragma_once(text)
-        return f"// ---- begin {name} (emu twin) ----\n{body}// ---- end {name} ----\n"
-    if re.search(r"\basm\b", body):
+        swapped = "".join(out for _, out in nested) + _without_pragma_once(text)
+        return f"// ---- begin {name} (emu twin) ----\n{swapped}// ---- end {name} ----\n"
+    if re.search(r"\basm\b", own):
         raise SourceError(f"{name} holds inline asm and has no CPU twin at {twin}")
-    return match.group(0)
+    if not nested:
+        return match.group(0)
+    pieces, pos = [], 0
+    for m, out in nested:
+        pieces += [body[pos : m.start()], out]
+        pos = m.end()
+    pieces.append(body[pos:])
+    return f"// ---- begin {name} ----\n{''.join(pieces)}// ---- end {name} ----\n"
 
 
 def _body(text: str, program: str) -> str:

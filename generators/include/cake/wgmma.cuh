@@ -8,22 +8,7 @@
 // Accumulators (m64nNk8, f32): warp w of the warpgroup holds rows 16 w + g, 16 w + g + 8; n8 block
 // j holds columns 8 j + 2 t, 8 j + 2 t + 1 as d[4 j], d[4 j + 1] (row 16 w + g) and d[4 j + 2],
 // d[4 j + 3] (row 16 w + g + 8), with g = lane / 4, t = lane % 4.
-#include "cake/cp_async.cuh"
-
-// Float index of element (row, k) of a ROWS-row tile in that layout.
-template <int ROWS>
-__device__ __forceinline__ int cake_wg_idx(int row, int k) {
-    return (k >> 5) * (ROWS * 32) + row * 32 + ((((k >> 2) & 7) ^ (row & 7)) << 2) + (k & 3);
-}
-
-// Descriptor of rows row0..row0+63 (row0 a multiple of 8) and k8 step s of a ROWS-row tile: panel
-// s / 4, +32 bytes per step inside the swizzled rows; SBO 1024 bytes (8 rows), LBO unused (1),
-// 128-byte swizzle (mode 1 in bits 62-63).
-template <int ROWS>
-__device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
-    const unsigned int addr = cake_smem_addr(tile) + (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
+#include "cake/wgmma_layout.cuh"
 
 // d (+)= A B for one k8 step: m64n64k8, f32 accumulators, tf32 operands. acc = 0: d = A B.
 __device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {

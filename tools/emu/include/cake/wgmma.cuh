@@ -1,17 +1,7 @@
-// twin of generators/include/cake/wgmma.cuh sha256:b696a20521788d32c66da7e9271479313fe1d6ba1633bbf746123e7d0cc00bc4
+// twin of generators/include/cake/wgmma.cuh sha256:a795cf9dfb6235bb8af39477aa7dbdbf8741c7be574a6ca461ead4d01b33f6fd
 #pragma once
 
-// The layout helpers are plain C++, the same as on the GPU.
-template <int ROWS>
-__device__ __forceinline__ int cake_wg_idx(int row, int k) {
-    return (k >> 5) * (ROWS * 32) + row * 32 + ((((k >> 2) & 7) ^ (row & 7)) << 2) + (k & 3);
-}
-
-template <int ROWS>
-__device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
-    const unsigned int addr = cake_smem_addr(tile) + (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
-}
+// The layout helpers (cake/wgmma_layout.cuh) are plain C++ and compile as they are.
 
 // wgmma.mma_async m64n64k8 tf32: a warpgroup collective (see emu::op_wgmma_n64).
 __device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
