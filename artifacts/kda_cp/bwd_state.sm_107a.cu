@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:8dbc5351d7fef34c572b1d3f4f738c356822705ca733d4d120493708157a02f6
+// identity: sha256:47cb19614c407c8ca7d610489707e67e0632f9a4f0c5a50bbba937e36eb0f1d8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

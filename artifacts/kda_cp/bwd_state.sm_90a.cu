@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:5e5dd0723155647af43c836143ea7d5cac64b20f612e906a07e2a6ffcd241b4b
+// identity: sha256:9e3ed4d94f1067a58db5ccc002bab0689e8bbd6db8a681fb744c63a2dcb64cdd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -237,8 +237,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 {
     // ---- sm_90a: the products on wgmma with A from registers (its A operands are the transposes
     // of the stored layouts; tf32 wgmma has no transpose) and B from shared memory in the K-major
-    // swizzled layout (docs/wgmma-plan.md). Warpgroup 0 computes dVn; both update their 64 key rows
-    // of dS.
+    // swizzled layout (docs/wgmma-plan.md). Each warpgroup computes 32 value columns of dVn and
+    // updates its 64 key rows of dS.
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
     float* Ks = reinterpret_cast<float*>(smem);  // Kd^T [128 d][64 tok]   (A, gathered)
     float* As = Ks + 128 * 64;                   // Aqk  [64 j][64 i]      (A, gathered)

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:66790adda6fcc576f1817e6c3e573bc655fc32d7e0aa9423f8a2a9333fd667a1
+// identity: sha256:def32364d10094a1949613774a3d8f73f5688489f8be73279c9b4d754e7419b1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:188ab353406f0d4a5cad2b56ef2d9d71f38e97607ca133a15b3a46a8c5c50fe9
+// identity: sha256:dc750fa59a10b55372811b163226a635a7a2413b30d68f9848051e03f0996b26
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

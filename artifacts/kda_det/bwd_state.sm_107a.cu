@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:62d9b22ac0decb2083e8b62930620bb1d68175912e42871d7d6a199bb268a1c4
+// identity: sha256:23ef09b6282c538e09327635f4c6bf25182688f53feae87f693e38638480fbfe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:0badae7a5c5583fde535f3fbd716834a4c75e7249841e915277a08dd43bb28f9
+// identity: sha256:689ecc2879bde1f44a436b9bfdbdd05aec197f32c47217b1940bdd5292b743d7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -237,8 +237,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 {
     // ---- sm_90a: the products on wgmma with A from registers (its A operands are the transposes
     // of the stored layouts; tf32 wgmma has no transpose) and B from shared memory in the K-major
-    // swizzled layout (docs/wgmma-plan.md). Warpgroup 0 computes dVn; both update their 64 key rows
-    // of dS.
+    // swizzled layout (docs/wgmma-plan.md). Each warpgroup computes 32 value columns of dVn and
+    // updates its 64 key rows of dS.
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
     float* Ks = reinterpret_cast<float*>(smem);  // Kd^T [128 d][64 tok]   (A, gathered)
     float* As = Ks + 128 * 64;                   // Aqk  [64 j][64 i]      (A, gathered)
