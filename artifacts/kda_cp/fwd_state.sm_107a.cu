@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:21dd8acb66e1260cdf3802bbe51b078009f874b90340cb78d9ffd4d1f65b0e66
+// identity: sha256:19f7a225d720f68a02fc9c17a44ba63edc482e1f6be5e4673d4e35357df0468a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -128,6 +128,22 @@ __device__ __forceinline__ void split_store(bool split, float* a, float* b, int 
     if (split) b[idx] = rtf32(x - hi);
 }
 
+// Chunk wsi's inputs into L2 (128-byte lines, the two value blocks vb of a head taking every other
+// one): W, U, Qg, Kd (256 lines each), Aqk (128), gl (4); the local program skips Qg and Aqk, and U
+// when it is null.
+__device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
+                                                  const float* Kd, const float* Aqk, const float* gl,
+                                                  long long wsi, int tid, int vb) {
+    for (int j = 2 * tid + vb; j < 1156; j += 512) {
+        if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
+        if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
+        const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
+                       : j < 1152 ? Aqk + wsi * 4096 + (j - 1024) * 32
+                                  : gl + wsi * 128 + (j - 1152) * 32;
+        cake_prefetch_l2(p);
+    }
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
@@ -234,17 +250,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             }
     };
 
-    auto prefetch_chunk = [&](int ci) {
-        const long long wsi = (long long)ci * H + h;
-        for (int j = 2 * tid + vb; j < 1156; j += 512) {
-            if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
-            if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
-            const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
-                           : j < 1152 ? Aqk + wsi * 4096 + (j - 1024) * 32
-                                      : gl + wsi * 128 + (j - 1152) * 32;
-            cake_prefetch_l2(p);
-        }
-    };
+    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
 
     if (kLocal && U == nullptr)
         for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier

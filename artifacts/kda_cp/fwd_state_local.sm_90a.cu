@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:a46f97e2ffe53aae9b3e60ce3f45b83db1f2063d5f9d68e521ce06fbabfbe644
+// identity: sha256:2528847d6eab85bb93e78ea951c46839296a108b99803fde41088df7b3b20232
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -215,6 +215,22 @@ __device__ __forceinline__ void split_store(bool split, float* a, float* b, int 
     if (split) b[idx] = rtf32(x - hi);
 }
 
+// Chunk wsi's inputs into L2 (128-byte lines, the two value blocks vb of a head taking every other
+// one): W, U, Qg, Kd (256 lines each), Aqk (128), gl (4); the local program skips Qg and Aqk, and U
+// when it is null.
+__device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
+                                                  const float* Kd, const float* Aqk, const float* gl,
+                                                  long long wsi, int tid, int vb) {
+    for (int j = 2 * tid + vb; j < 1156; j += 512) {
+        if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
+        if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
+        const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
+                       : j < 1152 ? Aqk + wsi * 4096 + (j - 1024) * 32
+                                  : gl + wsi * 128 + (j - 1152) * 32;
+        cake_prefetch_l2(p);
+    }
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
@@ -312,17 +328,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             }
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + wsi * 128 + 4 * tid, 16);
     };
-    auto prefetch_chunk = [&](int ci) {
-        const long long wsi = (long long)ci * H + h;
-        for (int j = 2 * tid + vb; j < 1156; j += 512) {
-            if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
-            if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
-            const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
-                           : j < 1152 ? Aqk + wsi * 4096 + (j - 1024) * 32
-                                      : gl + wsi * 128 + (j - 1152) * 32;
-            cake_prefetch_l2(p);
-        }
-    };
+    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
 
     // cp.async groups, committed in this order: per chunk i, A(i+1) after phase 1, U(i+1) after
     // phase 2 and a K group after phase 3: K(i+2) into buffer i & 1 when the row is not precise
