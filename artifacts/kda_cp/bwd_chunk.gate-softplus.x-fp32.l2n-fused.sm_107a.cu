@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:d82adc4e46e4580537b4f3d72137c1b90b46a20aeaaf170ab645cecd8e24a038
+// identity: sha256:fcc55a90c0a56baeac8d07daa1306785e62816fb6ffa59e43bb8087816e7a0aa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -151,6 +151,48 @@ __device__ __forceinline__ int swz(int r) { return (((r >> 2) & 3) << 1) ^ ((r &
 template <int W>
 __device__ __forceinline__ int fx(int r, int c) { return r * W + ((((c >> 2) ^ swz(r))) << 2) + (c & 3); }
 
+// Row cursors: the float4 at (row r, column 16 kp + 4 t) of a W-wide tile is at
+// fx<W>(r, 16 kp + 4 t) = (kp even ? ev : od) + 32 (kp >> 1), since swz(r) flips bit 1 of the
+// chunk's low part (t) and bit 0 of kp only. Row r + 8 swaps ev and od (swz flips bit 2), row
+// r + 16 keeps them (+ 16 W): one cursor serves rows r + 8 a, and the loop's loads take immediate
+// offsets instead of recomputing the swizzle per load.
+struct FxRow { int ev, od; };
+template <int W>
+__device__ __forceinline__ FxRow fx_row(int r, int t) {
+    const int s = swz(r), q = t ^ (s & 3), p = s >> 2;
+    return {r * W + 4 * q + 16 * p, r * W + 4 * q + 16 - 16 * p};
+}
+template <int W>
+__device__ __forceinline__ FxRow fx_row_plus(FxRow a, int a8) {  // row r + 8 a8 (a8 a constant)
+    return (a8 & 1) ? FxRow{a.od + 8 * a8 * W, a.ev + 8 * a8 * W} : FxRow{a.ev + 8 * a8 * W, a.od + 8 * a8 * W};
+}
+__device__ __forceinline__ int fx_at(FxRow a, int kp) { return ((kp & 1) ? a.od : a.ev) + 32 * (kp >> 1); }
+// Transposed gathers (ldt4<W>(s, 16 kp + 4 t, m)): row 16 kp + 4 t + e has swz = 2 t ^ 4 (e & 1)
+// whatever kp, so element e of column m is at tg_col(W, t, m, e & 1) + e W + 16 W kp.
+__device__ __forceinline__ int tg_col(int W, int t, int m, int par) {
+    return 4 * t * W + ((((m >> 2) ^ (2 * t) ^ (4 * par))) << 2) + (m & 3);
+}
+// The bf16 element (16 J + 4 t + e, d) of a [64][128] bf16 tile: its swizzle sw_bf16 depends on
+// (e ^ t) only, so it is at bf_col(t, d, e) + 2048 J.
+__device__ __forceinline__ int bf_col(int t, int d, int e) {
+    return (4 * t + e) * 128 + ((((d >> 2) ^ (4 * ((e ^ t) & 3)))) << 2) + (d & 3);
+}
+template <int W>
+__device__ __forceinline__ float4 ldt4_at(const float* s, int q0, int q1, int kp) {
+    const float* b = s + 16 * W * kp;
+    return make_float4(b[q0], b[q1 + W], b[q0 + 2 * W], b[q1 + 3 * W]);
+}
+
+// Pair-interleaved A tile [64][128] (Y = T^T dVn): rows r and r + 8 of a 16-row block share a
+// 256-float pair row (pair 8 (r >> 4) + (r & 7)); element (r, k) at 2 k + ((r >> 3) & 1), its
+// 16-byte chunk k >> 1 XOR-ed by 5 (r & 1). One float4 at chunk 2 t (+ 1) is then exactly the A
+// quad {A[g][4t], A[g+8][4t], A[g][4t+1], A[g+8][4t+1]} of mma_k16's first (second) mma, so no
+// register moves assemble it; the mma accumulator's (i0, i1) x (col, col + 1) is one float4 store.
+// Quarter-warp accesses (g = 2q, 2q + 1; t = 0..3) of both are conflict-free: chunks 2 t ^ 5 and
+// t ^ 5 differ in bit 0 / bit 2 from the even row's.
+__device__ __forceinline__ int px_pair(int r) { return 8 * (r >> 4) + (r & 7); }
+__device__ __forceinline__ int px_chunk(int r, int c) { return px_pair(r) * 256 + ((c ^ (5 * (r & 1))) << 2); }
+
 // bf16 [64][128] tiles (q, k, v, dO): kda_fwd_chunk's layout, u = 4-element unit (0..31).
 __device__ __forceinline__ int sw_bf16(int r) { return ((r ^ (r >> 2)) & 3) << 2; }
 __device__ __forceinline__ int at_bf16(int r, int u) { return r * 128 + ((u ^ sw_bf16(r)) << 2); }
@@ -197,6 +239,15 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
                   __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));
     cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),
                   __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
+}
+
+// The same 16-deep step with the two A quads as stored in a pair-interleaved tile (px_chunk):
+// q0 = {a_lo.x, a_hi.x, a_lo.y, a_hi.y}, q1 = {a_lo.z, a_hi.z, a_lo.w, a_hi.w} of mma_k16.
+__device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, const float4& q1, const float4& b) {
+    cake_mma_tf32(d, __float_as_uint(q0.x), __float_as_uint(q0.y), __float_as_uint(q0.z),
+                  __float_as_uint(q0.w), __float_as_uint(b.x), __float_as_uint(b.y));
+    cake_mma_tf32(d, __float_as_uint(q1.x), __float_as_uint(q1.y), __float_as_uint(q1.z),
+                  __float_as_uint(q1.w), __float_as_uint(b.z), __float_as_uint(b.w));
 }
 
 // Compiler-only fence: shared-memory loads after it are not hoisted above it, which bounds how many
@@ -390,9 +441,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             const float2 yb = *reinterpret_cast<const float2*>(RC + fx<128>(i1, col));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
+        const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
+        const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
+        int bq[4][2];  // dVn gathers of the four n-tiles' columns
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int par = 0; par < 2; ++par) bq[ni][par] = tg_col(128, t, 32 * cq + 8 * ni + g, par);
         for (int kp = rb; kp < 4; ++kp) {  // T^T[i][j] = T[j][i] is zero for j < i
             const int j0 = 16 * kp + 4 * t;
-            float4 alo = r4(ldt4<64>(TT, j0, i0)), ahi = r4(ldt4<64>(TT, j0, i1));
+            float4 alo = r4(ldt4_at<64>(TT, a00, a01, kp)), ahi = r4(ldt4_at<64>(TT, a10, a11, kp));
             if (kp == rb) {  // drop T[i][i] = 1: rows j0 + e against columns i0 = 16 rb + g, i1 = i0 + 8
                 const int e0 = 4 * t;
                 if (e0 + 0 == g) alo.x = 0.f; if (e0 + 1 == g) alo.y = 0.f;
@@ -402,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni)
-                mma_k16(acc[ni], alo, ahi, r4(ldt4<128>(RC, j0, 32 * cq + 8 * ni + g)));
+                mma_k16(acc[ni], alo, ahi, r4(ldt4_at<128>(RC, bq[ni][0], bq[ni][1], kp)));
         }
         const float b0 = bs[i0], b1 = bs[i1];
 #pragma unroll
@@ -423,8 +481,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
-            *reinterpret_cast<float2*>(RC + fx<128>(i0, col)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
-            *reinterpret_cast<float2*>(RC + fx<128>(i1, col)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
+            *reinterpret_cast<float4*>(RC + px_chunk(i0, col >> 1)) =
+                make_float4(rtf32(acc[ni][0]), rtf32(acc[ni][2]), rtf32(acc[ni][1]), rtf32(acc[ni][3]));
         }
     }
     cake_cp_async_wait<0>();  // S_c
@@ -437,16 +495,24 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         CAKE_REIDX;
         float aO[4][4], aY[4][4];
         zero16(aO); zero16(aY);
-#pragma unroll 2
-        for (int kp = 0; kp < 8; ++kp) {
-            const int v0 = 16 * kp + 4 * t;
-            const float4 olo = ld4_bf16(os, i0, 4 * kp + t), ohi = ld4_bf16(os, i1, 4 * kp + t);
-            const float4 ylo = ldf4(RC, fx<128>(i0, v0)), yhi = ldf4(RC, fx<128>(i1, v0));
+        const FxRow bb = fx_row<128>(32 * cq + g, t);
+        // chunks 8 kp + 2 t (+ 1) of pair row i0: + 32 kp (the XOR with 5 (g & 1) keeps bit 3 up)
+        const float* yq0 = RC + px_chunk(i0, 2 * t);
+        const float* yq1 = RC + px_chunk(i0, 2 * t + 1);
+#pragma unroll 1
+        for (int k2 = 0; k2 < 4; ++k2) {
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const float4 b4 = r4(ldf4(RD, fx<128>(32 * cq + 8 * ni + g, v0)));
-                mma_k16(aO[ni], olo, ohi, b4);
-                mma_k16(aY[ni], ylo, yhi, b4);
+            for (int j = 0; j < 2; ++j) {
+                const int kp = 2 * k2 + j;
+                const float4 olo = ld4_bf16(os, i0, 4 * kp + t), ohi = ld4_bf16(os, i1, 4 * kp + t);
+                const float4 y0 = *reinterpret_cast<const float4*>(yq0 + 32 * kp);
+                const float4 y1 = *reinterpret_cast<const float4*>(yq1 + 32 * kp);
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    const float4 b4 = r4(ldf4(RD, fx_at(fx_row_plus<128>(bb, ni), kp)));
+                    mma_k16(aO[ni], olo, ohi, b4);
+                    mma_k16q(aY[ni], y0, y1, b4);
+                }
             }
         }
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
@@ -480,6 +546,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             X[ni][2] = ld1_bf16(vs, i1, col); X[ni][3] = ld1_bf16(vs, i1, col + 1);
         }
         const float rk0 = rkf(i0), rk1 = rkf(i1);
+        int bq[4][2];  // S_c^T gathers of the four n-tiles' columns
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int par = 0; par < 2; ++par) bq[ni][par] = tg_col(128, t, 32 * cq + 8 * ni + g, par);
 #pragma unroll 2
         for (int kp = 0; kp < 8; ++kp) {
             const int d0 = 16 * kp + 4 * t;
@@ -492,7 +563,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             ahi.z = -rtf32(kb.z * rk1 * cake_ex2(gb.z)); ahi.w = -rtf32(kb.w * rk1 * cake_ex2(gb.w));
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni)
-                mma_k16(X[ni], alo, ahi, r4(ldt4<128>(RD, d0, 32 * cq + 8 * ni + g)));
+                mma_k16(X[ni], alo, ahi, r4(ldt4_at<128>(RD, bq[ni][0], bq[ni][1], kp)));
         }
     }
     // dgl[d] = sum_v S_c[d][v] dS_end[d][v]: four threads per d, fixed order.
@@ -566,15 +637,36 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
         zero16(acc);
         const int nact = min(4, max(0, (16 * rb + 16 - jb) >> 3));  // n-tiles with columns <= row block end
-#pragma unroll 2
-        for (int kp = 0; kp < 8; ++kp) {
-            const int v0 = 16 * kp + 4 * t;
-            float4 alo, ahi;
-            if (which == 0) { alo = ld4_bf16(os, i0, 4 * kp + t); ahi = ld4_bf16(os, i1, 4 * kp + t); }
-            else { alo = ldf4(RC, fx<128>(i0, v0)); ahi = ldf4(RC, fx<128>(i1, v0)); }
+        const FxRow vb = fx_row<128>(jb + g, t);
+        // One loop per A source (which is warp-uniform): the A quads from the bf16 dO rows
+        // (converted into place) or from the pair-interleaved Y, with no branch inside.
+        auto product = [&](auto quads) {
+#pragma unroll 1
+            for (int k2 = 0; k2 < 4; ++k2) {
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni)
-                if (ni < nact) mma_k16(acc[ni], alo, ahi, ldf4(Vn, fx<128>(jb + 8 * ni + g, v0)));
+                for (int j = 0; j < 2; ++j) {
+                    const int kp = 2 * k2 + j;
+                    float4 q0, q1;
+                    quads(kp, q0, q1);
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni)
+                        if (ni < nact) mma_k16q(acc[ni], q0, q1, ldf4(Vn, fx_at(fx_row_plus<128>(vb, ni), kp)));
+                }
+            }
+        };
+        if (which == 0) {
+            product([&](int kp, float4& q0, float4& q1) {
+                const float4 alo = ld4_bf16(os, i0, 4 * kp + t), ahi = ld4_bf16(os, i1, 4 * kp + t);
+                q0 = make_float4(alo.x, ahi.x, alo.y, ahi.y);
+                q1 = make_float4(alo.z, ahi.z, alo.w, ahi.w);
+            });
+        } else {
+            const float* yq0 = RC + px_chunk(i0, 2 * t);  // Y quads as in phase 3a
+            const float* yq1 = RC + px_chunk(i0, 2 * t + 1);
+            product([&](int kp, float4& q0, float4& q1) {
+                q0 = *reinterpret_cast<const float4*>(yq0 + 32 * kp);
+                q1 = *reinterpret_cast<const float4*>(yq1 + 32 * kp);
+            });
         }
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
@@ -620,13 +712,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 __syncthreads();
             }
             const float* Bs = half == 0 ? RD : RC;
+            const FxRow va = fx_row<128>(i0, t), vb = fx_row_plus<128>(va, 1);
+            const FxRow bb = fx_row<64>(32 * cq + g, t);
 #pragma unroll
             for (int kp = 0; kp < 4; ++kp) {
-                const int v0 = 16 * kp + 4 * t;
-                const float4 alo = ldf4(Vn, fx<128>(i0, 64 * half + v0)), ahi = ldf4(Vn, fx<128>(i1, 64 * half + v0));
+                const float4 alo = ldf4(Vn, fx_at(va, 4 * half + kp)), ahi = ldf4(Vn, fx_at(vb, 4 * half + kp));
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni)
-                    mma_k16(acc[ni], alo, ahi, r4a(ldf4(Bs, fx<64>(32 * cq + 8 * ni + g, v0))));
+                    mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs, fx_at(fx_row_plus<64>(bb, ni), kp))));
             }
         }
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma
@@ -682,19 +775,32 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 for (int n = 0; n < 2; ++n)
 #pragma unroll
                     for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = 0.f;
+                int gq[2][2], kq[2][4];  // gathers of G and k rows 16 J + 4 t + e, columns d
+                float grn[2];
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                    const int d = 32 * cq + 8 * (2 * nh + n) + g;
+                    grn[n] = gs[fx<128>(r, d)];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        if (e < 2) gq[n][e] = tg_col(128, t, d, e);
+                        kq[n][e] = bf_col(t, d, e);
+                    }
+                }
                 for (int J = 0; J < rb; ++J) {
                     const int j0 = 16 * J + 4 * t;
                     const float4 q1lo = r4(ldf4(TT, fx<64>(i0, j0))), q1hi = r4(ldf4(TT, fx<64>(i1, j0)));
                     const float4 k1lo = r4(ldf4(AK, fx<64>(i0, j0))), k1hi = r4(ldf4(AK, fx<64>(i1, j0)));
+                    const float* gJ = gs + 2048 * J;
+                    const unsigned short* kJ = ks + 2048 * J;
 #pragma unroll
                     for (int n = 0; n < 2; ++n) {
-                        const int d = 32 * cq + 8 * (2 * nh + n) + g;
-                        const float gr = gs[fx<128>(r, d)];
+                        const float gr = grn[n];
                         float4 bh, bl;  // hi + lo: see (c)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const int j = j0 + e;
-                            split_tf32(ld1_bf16(ks, j, d) * rkf(j) * cake_ex2(gr - gs[fx<128>(j, d)]), e4(bh, e), e4(bl, e));
+                            split_tf32(cake_bf16_to_f32(kJ[kq[n][e]]) * rkf(j) * cake_ex2(gr - gJ[gq[n][e & 1] + 128 * e]), e4(bh, e), e4(bl, e));
                         }
                         mma_k16(aq[n], q1lo, q1hi, bl);
                         mma_k16(aq[n], q1lo, q1hi, bh);
@@ -729,21 +835,38 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 for (int n = 0; n < 2; ++n)
 #pragma unroll
                     for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = 0.f;
+                // gathers: dA^T rows (columns i0, i1 of T / Akk), G / q / k rows 16 I + 4 t + e
+                const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
+                const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
+                int gq[2][2], bq[2][4];
+                float gen[2];
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                    const int d = 32 * cq + 8 * (2 * nh + n) + g;
+                    gen[n] = gs[fx<128>(er, d)];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        if (e < 2) gq[n][e] = tg_col(128, t, d, e);
+                        bq[n][e] = bf_col(t, d, e);
+                    }
+                }
                 for (int I = rb + 1; I < 4; ++I) {
                     const int k0 = 16 * I + 4 * t;
-                    const float4 q1lo = r4(ldt4<64>(TT, k0, i0)), q1hi = r4(ldt4<64>(TT, k0, i1));
-                    const float4 k1lo = r4(ldt4<64>(AK, k0, i0)), k1hi = r4(ldt4<64>(AK, k0, i1));
+                    const float4 q1lo = r4(ldt4_at<64>(TT, a00, a01, I)), q1hi = r4(ldt4_at<64>(TT, a10, a11, I));
+                    const float4 k1lo = r4(ldt4_at<64>(AK, a00, a01, I)), k1hi = r4(ldt4_at<64>(AK, a10, a11, I));
+                    const float* gI = gs + 2048 * I;
+                    const unsigned short* qI = qs + 2048 * I;
+                    const unsigned short* kI = ks + 2048 * I;
 #pragma unroll
                     for (int n = 0; n < 2; ++n) {
-                        const int d = 32 * cq + 8 * (2 * nh + n) + g;
-                        const float ge = gs[fx<128>(er, d)];
+                        const float ge = gen[n];
                         float4 bqh, bql, bkh, bkl;  // hi + lo: see (c)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const int i = k0 + e;
-                            const float f = cake_ex2(gs[fx<128>(i, d)] - ge);
-                            split_tf32(ld1_bf16(qs, i, d) * rqf(i) * f, e4(bqh, e), e4(bql, e));
-                            split_tf32(ld1_bf16(ks, i, d) * rkf(i) * f, e4(bkh, e), e4(bkl, e));
+                            const float f = cake_ex2(gI[gq[n][e & 1] + 128 * e] - ge);
+                            split_tf32(cake_bf16_to_f32(qI[bq[n][e]]) * rqf(i) * f, e4(bqh, e), e4(bql, e));
+                            split_tf32(cake_bf16_to_f32(kI[bq[n][e]]) * rkf(i) * f, e4(bkh, e), e4(bkl, e));
                         }
                         mma_k16(aq[n], q1lo, q1hi, bql);
                         mma_k16(aq[n], q1lo, q1hi, bqh);
