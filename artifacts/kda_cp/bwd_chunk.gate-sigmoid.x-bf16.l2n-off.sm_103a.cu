@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a
-// identity: sha256:87c0b98709e92118a9553114f4b152709377b0562249a1d8f49466cf0705cace
+// identity: sha256:c06d4f4072afa944397795bb921e16e81ddffac87fe84e3bd2020299a6a60795
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -401,26 +401,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         __syncthreads();
     }
     if (kL2Norm) {
-        // kda_fwd_chunk's butterfly: the same bits as the forward's norms. Rows warp + 16 u, the
-        // eight reductions interleaved (one after another they were a 30-cycle shuffle chain each).
-        float ss[8];
+        // kda_fwd_chunk's butterfly: the same bits as the forward's norms.
+        for (int rr = warp; rr < 128; rr += 16) {
+            const unsigned short* s = rr < 64 ? qs : ks;
+            const int r = rr & 63;
+            const float4 x4 = ld4_bf16(s, r, lane);
+            float ss = x4.x * x4.x + x4.y * x4.y + x4.z * x4.z + x4.w * x4.w;
 #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-            const int rr = warp + 16 * u;
-            const float4 x4 = ld4_bf16(rr < 64 ? qs : ks, rr & 63, lane);
-            ss[u] = x4.x * x4.x + x4.y * x4.y + x4.z * x4.z + x4.w * x4.w;
-        }
-#pragma unroll
-        for (int m = 16; m >= 1; m >>= 1) {
-#pragma unroll
-            for (int u = 0; u < 8; ++u) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], m);
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const int rr = warp + 16 * u;
-                (rr < 64 ? rq : rk)[rr & 63] = 1.0f / sqrtf(ss[u] + 1e-6f);
-            }
+            for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+            if (lane == 0) (rr < 64 ? rq : rk)[r] = 1.0f / sqrtf(ss + 1e-6f);
         }
         __syncthreads();
     }
@@ -1051,18 +1040,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 7: epilogue.
     {
         CAKE_REIDX;
-        // Raw gates: this thread's 16 inputs x (column tid & 127, rows 16 (tid >> 7) + u) go out
-        // now, all at once; loaded one per row in the dg loop below, each paid a full DRAM latency
-        // (the raw forms' bwd_chunk was +1.0 ms on 1doc, session 6).
-        float xr[16];
-        (void)xr;
-        if (kGate != 0) {
-#pragma unroll
-            for (int u = 0; u < 16; ++u) {
-                const int r = 16 * (tid >> 7) + u;
-                xr[u] = r < L ? load_x(xin + in_base + (long long)r * tok_stride + (tid & 127)) : 0.f;
-            }
-        }
         // The chunk-end decay: last valid row += sum_{i < L-1} Kd dKd + gl dgl.
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -1168,17 +1145,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             a_exp = expf(A_log[h]);
             bias_d = dt_bias[h * 128 + d];
         }
-        if (kGate == 0) {
-            for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r)
-                store_dx(dg_out + in_base + (long long)r * tok_stride + d, RD[fx<128>(r, d)] + off);
-        } else {
-#pragma unroll
-            for (int u = 0; u < 16; ++u) {
-                const int r = 16 * sg + u;
-                if (r >= L) break;
-                const float dgv = RD[fx<128>(r, d)] + off;
-                const long long o = in_base + (long long)r * tok_stride + d;
-                const float z = xr[u] + bias_d;
+        for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r) {
+            const float dgv = RD[fx<128>(r, d)] + off;
+            const long long o = in_base + (long long)r * tok_stride + d;
+            if (kGate == 0) {
+                store_dx(dg_out + o, dgv);
+            } else {
+                const float z = load_x(xin + o) + bias_d;
                 float dx, dA;
                 if (kGate == 1) {
                     // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g

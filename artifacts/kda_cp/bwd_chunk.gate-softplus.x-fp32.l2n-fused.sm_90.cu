@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:f964de9f6ff1bd7cffa2bd2661722da1aa38ed52bbe8736bf82cbbe05270336a
+// identity: sha256:b45a4de9cdb6381b5798aaf5ab94c61f460aa4b1e00466e943a215c9b6447bd9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -342,7 +342,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), T, Akk; group 1: S_c.
     {
-#pragma unroll
+        // The cp.async issue loops stay rolled (phase 0 waits on memory, not on issue): unrolled,
+        // they were ~500 of the program's ~7 000 SASS instructions that run, and the whole
+        // program's hot code has to stay within the SM's instruction cache (docs/kernel-notes.md,
+        // session 6).
+#pragma unroll 1
         for (int i = 0; i < 8; ++i) {
             const int idx = tid + 512 * i;
             const int which = idx >> 10, r = (idx >> 4) & 63, ch = idx & 15;
@@ -352,19 +356,19 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             unsigned short* dst = which == 0 ? qs : which == 1 ? ks : which == 2 ? vs : os;
             cake_cp_async16(dst + at_bf16(r, 2 * ch), src, ok ? 16 : 0);
         }
-#pragma unroll
+#pragma unroll 1
         for (int i = 0; i < 4; ++i) {
             const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
             const bool ok = r < L;
             cake_cp_async16(RC + fx<128>(r, 4 * c4), dVn + ws * 8192 + (ok ? r * 128 + 4 * c4 : 0), ok ? 16 : 0);
         }
-#pragma unroll
+#pragma unroll 1
         for (int i = 0; i < 4; ++i) {
             const int idx = tid + 512 * i, which = idx >> 10, r = (idx >> 4) & 63, c4 = idx & 15;
             cake_cp_async16((which ? AK : TT) + fx<64>(r, 4 * c4), (which ? Akk : Tm) + ws * 4096 + r * 64 + 4 * c4, 16);
         }
         cake_cp_async_commit();
-#pragma unroll
+#pragma unroll 1
         for (int i = 0; i < 8; ++i) {
             const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
             cake_cp_async16(RD + fx<128>(r, 4 * c4), states + ws * 16384 + r * 128 + 4 * c4, 16);
@@ -399,26 +403,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         __syncthreads();
     }
     if (kL2Norm) {
-        // kda_fwd_chunk's butterfly: the same bits as the forward's norms. Rows warp + 16 u, the
-        // eight reductions interleaved (one after another they were a 30-cycle shuffle chain each).
-        float ss[8];
+        // kda_fwd_chunk's butterfly: the same bits as the forward's norms.
+        for (int rr = warp; rr < 128; rr += 16) {
+            const unsigned short* s = rr < 64 ? qs : ks;
+            const int r = rr & 63;
+            const float4 x4 = ld4_bf16(s, r, lane);
+            float ss = x4.x * x4.x + x4.y * x4.y + x4.z * x4.z + x4.w * x4.w;
 #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-            const int rr = warp + 16 * u;
-            const float4 x4 = ld4_bf16(rr < 64 ? qs : ks, rr & 63, lane);
-            ss[u] = x4.x * x4.x + x4.y * x4.y + x4.z * x4.z + x4.w * x4.w;
-        }
-#pragma unroll
-        for (int m = 16; m >= 1; m >>= 1) {
-#pragma unroll
-            for (int u = 0; u < 8; ++u) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], m);
-        }
-        if (lane == 0) {
-#pragma unroll
-            for (int u = 0; u < 8; ++u) {
-                const int rr = warp + 16 * u;
-                (rr < 64 ? rq : rk)[rr & 63] = 1.0f / sqrtf(ss[u] + 1e-6f);
-            }
+            for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+            if (lane == 0) (rr < 64 ? rq : rk)[r] = 1.0f / sqrtf(ss + 1e-6f);
         }
         __syncthreads();
     }
@@ -1049,24 +1042,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 7: epilogue.
     {
         CAKE_REIDX;
-        // Raw gates: this thread's 16 inputs x (column tid & 127, rows 16 (tid >> 7) + u) go out
-        // now, all at once; loaded one per row in the dg loop below, each paid a full DRAM latency
-        // (the raw forms' bwd_chunk was +1.0 ms on 1doc, session 6).
-        float xr[16];
-        (void)xr;
-        if (kGate != 0) {
-#pragma unroll
-            for (int u = 0; u < 16; ++u) {
-                const int r = 16 * (tid >> 7) + u;
-                xr[u] = r < L ? load_x(xin + in_base + (long long)r * tok_stride + (tid & 127)) : 0.f;
-            }
-        }
         // The chunk-end decay: last valid row += sum_{i < L-1} Kd dKd + gl dgl.
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
             const int i = hr == 0 ? i0 : i1;
             if (i == L - 1) {
-#pragma unroll
+#pragma unroll 1
                 for (int x = 0; x < 8; ++x) {
                     const int d = 32 * cq + 8 * (x >> 1) + 2 * t + (x & 1);
                     const float s4 = ((sc[SC_COL + d] + sc[SC_COL + 128 + d]) + sc[SC_COL + 256 + d]) + sc[SC_COL + 384 + d];
@@ -1076,7 +1057,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
         // L2-norm row dots and dbeta partials -> slots (dGamma is in RD already).
         float pq0 = 0.f, pq1 = 0.f, pk0 = 0.f, pk1 = 0.f;
-#pragma unroll
+#pragma unroll 1
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
             if (kL2Norm) {
@@ -1123,7 +1104,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 dotq = ((sc[SC_DOT + i] + sc[SC_DOT + 64 + i]) + sc[SC_DOT + 128 + i]) + sc[SC_DOT + 192 + i];
                 dotk = ((sc[SC_DOT + 256 + i] + sc[SC_DOT + 320 + i]) + sc[SC_DOT + 384 + i]) + sc[SC_DOT + 448 + i];
             }
-#pragma unroll
+#pragma unroll 1
             for (int ni = 0; ni < 4; ++ni) {
                 const int col = 32 * cq + 8 * ni + 2 * t;
                 const float2 dq2 = *reinterpret_cast<const float2*>(RC + fx<128>(i, col));
@@ -1166,17 +1147,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             a_exp = expf(A_log[h]);
             bias_d = dt_bias[h * 128 + d];
         }
-        if (kGate == 0) {
-            for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r)
-                store_dx(dg_out + in_base + (long long)r * tok_stride + d, RD[fx<128>(r, d)] + off);
-        } else {
-#pragma unroll
-            for (int u = 0; u < 16; ++u) {
-                const int r = 16 * sg + u;
-                if (r >= L) break;
-                const float dgv = RD[fx<128>(r, d)] + off;
-                const long long o = in_base + (long long)r * tok_stride + d;
-                const float z = xr[u] + bias_d;
+        for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r) {
+            const float dgv = RD[fx<128>(r, d)] + off;
+            const long long o = in_base + (long long)r * tok_stride + d;
+            if (kGate == 0) {
+                store_dx(dg_out + o, dgv);
+            } else {
+                const float z = load_x(xin + o) + bias_d;
                 float dx, dA;
                 if (kGate == 1) {
                     // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
