@@ -11,6 +11,9 @@ line table does not change code generation; the script checks the instruction co
 With --ops, each section's executed instructions are also split by kind (integer and address
 arithmetic, tensor-core, shared-memory loads / stores, TF32 conversions, float, global, control).
 
+The hot column counts the section's static SASS instructions that ran at all (16 bytes each): the
+instruction-cache footprint.
+
 A section starts at each `// ---- ` comment and at the `// (a)`, `// (b)`, `// (c)` sub-phases and
 the few other markers in MARKERS; an inlined helper counts where it was called from.
 """
@@ -172,12 +175,13 @@ def main() -> None:
         s["samples"] += num(r, "Warp Stall Sampling (All Samples)")
         s["insts"] += num(r, "Instructions Executed")
         s["wavefronts"] += num(r, "L1 Wavefronts Shared")
+        s["hot"] += num(r, "Instructions Executed") > 0  # static instructions that ran at all
         s["kind:" + kind(r[cols["Source"]].strip())] += num(r, "Instructions Executed")
         for st in STALLS:
             s[st] += num(r, f"stall_{st}")
     tot = {k: sum(s[k] for s in agg.values()) for k in ("samples", "insts", "wavefronts")}
     print(
-        f"{'section':42s} {'time%':>6s} {'inst%':>6s} {'smem%':>6s}  top stalls (% of section samples)"
+        f"{'section':42s} {'time%':>6s} {'inst%':>6s} {'smem%':>6s} {'hot':>5s}  top stalls (% of section samples)"
     )
     for i, (_, name) in enumerate(secs):
         s = agg.get(i)
@@ -187,7 +191,8 @@ def main() -> None:
         stalls = " ".join(f"{st} {100 * s[st] / s['samples']:.0f}" for st in top)
         print(
             f"{name:42s} {100 * s['samples'] / tot['samples']:6.1f} "
-            f"{100 * s['insts'] / tot['insts']:6.1f} {100 * s['wavefronts'] / max(1, tot['wavefronts']):6.1f}  {stalls}"
+            f"{100 * s['insts'] / tot['insts']:6.1f} {100 * s['wavefronts'] / max(1, tot['wavefronts']):6.1f} "
+            f"{int(s['hot']):5d}  {stalls}"
         )
     if a.ops:
         names = [*KINDS, "other"]
@@ -205,6 +210,8 @@ def main() -> None:
             f"{100 * sum(s['kind:' + k] for s in agg.values()) / tot['insts']:6.1f}" for k in names
         )
         print(f"{'whole kernel':42s} {100.0:6.1f}  {whole}")
+    hot = int(sum(s["hot"] for s in agg.values()))
+    print(f"hot code: {hot} of {len(data)} SASS instructions ran, {16 * hot // 1024} KiB")
     allst = {st: sum(s[st] for s in agg.values()) for st in STALLS}
     print(
         "whole kernel:",

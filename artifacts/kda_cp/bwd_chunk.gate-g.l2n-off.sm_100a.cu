@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:14011a1ed4a6d7ae8c88cc03d2b757827340518b85bec97cd7658ce0c83b165b
+// identity: sha256:5af083061f418e8fe8df3ff2092eb220b31690567d2158bfeb5d9bd16ca5b5dc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

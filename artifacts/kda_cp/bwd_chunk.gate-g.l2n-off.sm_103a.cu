@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:e94b43e43dc9635abc283a7ea677cfbedddf4e78abf31e2dd3f5a111d7073de8
+// identity: sha256:30596762ac2fdaca2983b7f74baf249a094b17350d289f99ed15e027169f1073
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

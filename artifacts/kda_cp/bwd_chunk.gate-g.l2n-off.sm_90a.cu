@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:4f3d3523ad3fa3557277b73ba19bbb72e4c64d449d2f9b2be7c0f12633cf151a
+// identity: sha256:e7d2a77d81ef26e46bda2153792beb076dc813a496ebd51f387a4a4033845357
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:9aa1dc0e9ccb94f0914ad9467e52f000f90b6cfa29cd4316a3a00bf8642fab93
+// identity: sha256:74f06fca80db1db08b7afd745ed01d70d5ba74f8156267ed9b44e92464b71e7d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

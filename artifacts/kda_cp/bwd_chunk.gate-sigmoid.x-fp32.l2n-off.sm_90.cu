@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:1f2c19738dcf9bd0080eaf4b46493ba83ccf6e75c5e5fefb352e0425371f88fe
+// identity: sha256:d556963c16bf1845990305d87dda745acbda2f83f73e5c78a62eda415fc7b8e3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

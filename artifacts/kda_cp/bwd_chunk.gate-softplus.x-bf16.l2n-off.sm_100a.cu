@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:a8da6e2017b5a98da3f70f5e6eee8b9497c91b7599738d552a425d8f6d282ec1
+// identity: sha256:bbd62aefa712968b8fde8c373e04be93c1673d5dac850f6420ab779046a275dd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:86d2cbe2fdfdc52adf932965444adf3d4e7d7ad666b4b11b6739ec870a62d84a
+// identity: sha256:5dfbf41c3256817e43ca092af4111219dfdea9d8915b325e69a23ae50c837ed9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:8e4e232977bde9589b03d44849852afe46113d2733cf47d32db6109d4bbadb04
+// identity: sha256:9093db7e2f15d66a1bf9506c3ca025b550d4f6debc74170e9669e8d83fa049b7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:9b0817342f4a9f848944361e2b231e756c1441e54c5e182f4332abfc764de14f
+// identity: sha256:a2392f5b23f120d70bf574b6d1dc5c4fb7bd4ff3ea713f4dd1663214acd68497
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

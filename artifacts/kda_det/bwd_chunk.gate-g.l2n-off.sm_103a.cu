@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:479acc1a678748d265a86734616ffe3dd6a9abe8a713999e292514319d507ccb
+// identity: sha256:a2df45f61262c9b5f5f80dc19d38a0c344cbae9a8046141559778680bc43d3f1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:0ee237f09f8ba698835c1c51d2c887a7936a1054d0e1b327fddb59a3b4bb636b
+// identity: sha256:c8b27dee2a73ed6e6cb230590e832fcb21c631cda2d4851fab73fa4ce6b8ca13
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

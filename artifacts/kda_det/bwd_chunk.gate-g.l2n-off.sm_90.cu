@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:050d1100d62dd22c9e8bf0b4eb1f065dad55c7e6d0713600f3875e86d4f20898
+// identity: sha256:e720e7f4a5832b2676089b646b019bcf34dd6dade168651aaafc0dad25a6cd29
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a
-// identity: sha256:b41754d3d70981c763b3fb2a52cf5924822a8a25aa704cb983009c576f7260f7
+// identity: sha256:ee2f04be7d92a7bf22ca15d4a6dc339a57a121ff494a83c045bfc7a66398db2e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -344,7 +344,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), T, Akk; group 1: S_c.
     {
-#pragma unroll
+        // The cp.async issue loops stay rolled (phase 0 waits on memory, not on issue): unrolled,
+        // they were ~500 of the program's ~7 000 SASS instructions that run, and the whole
+        // program's hot code has to stay within the SM's instruction cache (docs/kernel-notes.md,
+        // session 6).
+#pragma unroll 1
         for (int i = 0; i < 8; ++i) {
             const int idx = tid + 512 * i;
             const int which = idx >> 10, r = (idx >> 4) & 63, ch = idx & 15;
@@ -354,19 +358,19 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             unsigned short* dst = which == 0 ? qs : which == 1 ? ks : which == 2 ? vs : os;
             cake_cp_async16(dst + at_bf16(r, 2 * ch), src, ok ? 16 : 0);
         }
-#pragma unroll
+#pragma unroll 1
         for (int i = 0; i < 4; ++i) {
             const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
             const bool ok = r < L;
             cake_cp_async16(RC + fx<128>(r, 4 * c4), dVn + ws * 8192 + (ok ? r * 128 + 4 * c4 : 0), ok ? 16 : 0);
         }
-#pragma unroll
+#pragma unroll 1
         for (int i = 0; i < 4; ++i) {
             const int idx = tid + 512 * i, which = idx >> 10, r = (idx >> 4) & 63, c4 = idx & 15;
             cake_cp_async16((which ? AK : TT) + fx<64>(r, 4 * c4), (which ? Akk : Tm) + ws * 4096 + r * 64 + 4 * c4, 16);
         }
         cake_cp_async_commit();
-#pragma unroll
+#pragma unroll 1
         for (int i = 0; i < 8; ++i) {
             const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
             cake_cp_async16(RD + fx<128>(r, 4 * c4), states + ws * 16384 + r * 128 + 4 * c4, 16);
@@ -1045,7 +1049,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int hr = 0; hr < 2; ++hr) {
             const int i = hr == 0 ? i0 : i1;
             if (i == L - 1) {
-#pragma unroll
+#pragma unroll 1
                 for (int x = 0; x < 8; ++x) {
                     const int d = 32 * cq + 8 * (x >> 1) + 2 * t + (x & 1);
                     const float s4 = ((sc[SC_COL + d] + sc[SC_COL + 128 + d]) + sc[SC_COL + 256 + d]) + sc[SC_COL + 384 + d];
@@ -1055,7 +1059,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
         // L2-norm row dots and dbeta partials -> slots (dGamma is in RD already).
         float pq0 = 0.f, pq1 = 0.f, pk0 = 0.f, pk1 = 0.f;
-#pragma unroll
+#pragma unroll 1
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
             if (kL2Norm) {
@@ -1102,7 +1106,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 dotq = ((sc[SC_DOT + i] + sc[SC_DOT + 64 + i]) + sc[SC_DOT + 128 + i]) + sc[SC_DOT + 192 + i];
                 dotk = ((sc[SC_DOT + 256 + i] + sc[SC_DOT + 320 + i]) + sc[SC_DOT + 384 + i]) + sc[SC_DOT + 448 + i];
             }
-#pragma unroll
+#pragma unroll 1
             for (int ni = 0; ni < 4; ++ni) {
                 const int col = 32 * cq + 8 * ni + 2 * t;
                 const float2 dq2 = *reinterpret_cast<const float2*>(RC + fx<128>(i, col));

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:5d7c0c2bb45b2e33e4aebf61fa8e9874ed0305ef06eb779eac41fd9a62ddcb8d
+// identity: sha256:ef1568ceba9c2e26bad37cbb9cec1299c8eda2b65ef2ae6bd2f99f8c3baeebed
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

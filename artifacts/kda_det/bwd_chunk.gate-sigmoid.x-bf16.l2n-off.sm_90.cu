@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:3f79067a8b5618c1cd682ab452a011ee83929c5f9fb527010ed258f756a6322b
+// identity: sha256:d14ab098a25ad46b2415e28a2af9518ad134af319110d2fcfb9be38fc2542867
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:d8356e3bf79a38347f2a2fdc8a7573e5a91cd6b9cbf2b08f2bb5a44e6cb79ab1
+// identity: sha256:0f4f91aa2ada8ac0b31714a7f7ca981fd5ee5911b6855782728a5480c6b1cfa0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

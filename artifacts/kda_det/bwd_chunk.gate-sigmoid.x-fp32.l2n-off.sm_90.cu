@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:c57452ecda72f0265f4bc3c76bfdc7355127b9d2dcfdf2888973cbbdc3040eed
+// identity: sha256:7402b99e60c444f7715c7a80a702d48972e41ce19a1307965601c071d0b75f5f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

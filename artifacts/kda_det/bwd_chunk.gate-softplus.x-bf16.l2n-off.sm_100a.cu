@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:038fb01f56ac9ecf1400ceece3273cb5656c730b974ee908c246715a0857739d
+// identity: sha256:c983caa32398cd5d62f10bd9e59227ade24a688af4cf7ef582d3a8cbff4041e0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:1bc1b82e746c2169de5ddaeffd70e692dabe789376146f98aad0cf0111ec5489
+// identity: sha256:a46f62af54b11d684efbae6af4f5f3759a23dda6dc34ffe59d9a39c9aa99b004
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:f42fb46ae735a74e1ba732a06eb94807a1d8fc906faff1bea5620a9edbd02efd
+// identity: sha256:24d8da85628116ad11f8d3ac037b948068554a15b5a69129ff8ef3b1fc61fd16
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:356f3a3602d523c8b5a34e5975e1491c71fa0f72b5cb8ac3bf1e1c7f4a33d730
+// identity: sha256:a58ea11820bb16e1761513058d958108e96a056778baab8c55f8c5eced4407cf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:ec72a5ee323a35d810c482c61bb08e52aa4e7db29ee6c408db171d5e9d0f177e
+// identity: sha256:17c28974f8edf7de5e5a1df7b5c4481d71029f3df51f6ad0d4a09600b50ff4e7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:56c0d445d97b5a57b5421518bd3b936a15cf4edfb00503778156cd6d42512015
+// identity: sha256:c9fa27219e9f66fd72ff8f1d1703ceece1b63198ea9f0120ea19911c15e1e6ff
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

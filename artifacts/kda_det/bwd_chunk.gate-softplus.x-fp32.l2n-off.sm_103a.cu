@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:185ddd5338afa0da906ab6f55bc695520f2405b8c1212ebe1a1a4af8827c427e
+// identity: sha256:43272139bc5eb0a51ceefb7e4877d4e363e2fdec14f2c1d9df4b3d29f4a835fe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

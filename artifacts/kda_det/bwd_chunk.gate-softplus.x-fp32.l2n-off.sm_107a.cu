@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:beb5574a3283de7d8e06aa840edf9323356884e369c0d64d5c6a3582fbb6f17e
+// identity: sha256:45a1eb4506ddde0843b4d9a440df515285cc9ccf682bf6a9b983d6c6eeafdfa2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

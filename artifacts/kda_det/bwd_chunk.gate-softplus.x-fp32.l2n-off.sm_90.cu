@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:0c097cd0daf6c5d900d48240283aed1344fa0fd4653b0c006a8d4a420cd3f25e
+// identity: sha256:de1ed8c12f934d06e344252da125b93e39e7c8ebcc54c5b36a8e9a0823903025
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:7658083eef0b8468a55d758bfd9474d117db80a168666009eb2a1d812b8b8644
+// identity: sha256:e4940fe00d3a2f084df3ac29690a16a6b3d45271ab8308785d640837665d8225
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
