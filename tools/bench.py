@@ -40,6 +40,7 @@ import inspect
 import itertools
 import json
 import math
+import os
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -688,6 +689,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--samples", type=int, default=15, help="samples per measurement (median reported)"
     )
     p.add_argument("--calls", type=int, default=20, help="back-to-back calls per sample")
+    p.add_argument(
+        "--triton-cache",
+        metavar="DIR",
+        help="keep Triton's kernels and autotuning results (FLA's) in DIR, so that a later process "
+        "with the same DIR skips the autotuning (TRITON_CACHE_DIR, TRITON_CACHE_AUTOTUNING=1)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH", help="write results as JSON")
     p.add_argument(
@@ -733,6 +740,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(str(exc)) from exc
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA device: the benchmark needs a GPU (--replot works without one)")
+    if args.triton_cache:  # before anything imports triton (FLA is imported per implementation)
+        assert "triton" not in sys.modules, "triton imported before --triton-cache took effect"
+        Path(args.triton_cache).mkdir(parents=True, exist_ok=True)
+        os.environ["TRITON_CACHE_DIR"] = str(Path(args.triton_cache).resolve())
+        os.environ["TRITON_CACHE_AUTOTUNING"] = "1"
     result = run_accuracy(args) if args.accuracy else run_speed(args)
     report(result, args)
     return 0
