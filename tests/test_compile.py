@@ -57,6 +57,50 @@ def elf_sm(cubin: bytes) -> int:
     return (flags >> 8) & 0xFF if cubin[8] >= 8 else flags & 0xFF
 
 
+def text_instructions(cubin: bytes, symbol: str) -> int:
+    """SASS instructions of one kernel: the size of its ELF section .text.<symbol>, 16 bytes each
+    (what nvdisasm lists, cold paths included)."""
+    (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+
+    def header(i: int) -> tuple[int, ...]:
+        return struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize)
+
+    names = header(shstrndx)[4]
+    want = (".text." + symbol).encode()
+    for i in range(shnum):
+        start = names + header(i)[0]
+        if cubin[start : cubin.index(b"\0", start)] == want:
+            return header(i)[5] // 16
+    raise KeyError(f"no .text.{symbol} in the cubin")
+
+
+# Hopper's instruction cache: kda_bwd_chunk runs one 512-thread block per SM, and each block sweeps
+# the whole program once per chunk. Its fused-L2 programs, at 9 416 SASS instructions (122 KiB of
+# them ran), took 26 % longer than the l2n-off one at 8 248 (109 KiB ran), and 12.6 % less once
+# rolled loops brought them to 8 184 (docs/kernel-notes.md, session 6). Static code is the proxy
+# checked here; the hot code (tools/ncu_phases.py) is what the cache sees.
+CODE_BUDGET = {("kda_bwd_chunk", Arch.sm_90a): 8600, ("kda_bwd_chunk", Arch.sm_90): 8600}
+
+
+def test_text_instructions_reads_the_kernel_section() -> None:
+    # a minimal ELF64: header, a section-name table and one .text.k section of 48 bytes
+    names = b"\0.shstrtab\0.text.k\0"
+    body = names + bytes(48)
+    shoff = 64 + len(body)
+    head = bytearray(64)
+    head[:4] = b"\x7fELF"
+    struct.pack_into("<Q", head, 0x28, shoff)
+    struct.pack_into("<HHH", head, 0x3A, 64, 3, 1)
+    sections = bytes(64)  # the null section
+    sections += struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, 64, len(names), 0, 0, 1, 0)
+    sections += struct.pack("<IIQQQQIIQQ", 11, 1, 0, 0, 64 + len(names), 48, 0, 0, 16, 0)
+    cubin = bytes(head) + body + sections
+    assert text_instructions(cubin, "k") == 3
+    with pytest.raises(KeyError):
+        text_instructions(cubin, "other")
+
+
 def test_manifest_has_programs() -> None:
     assert len(ENTRIES) > 0
 
@@ -77,6 +121,10 @@ def test_program_compiles(entry: Entry, compiles: dict[str, Future[Compiled]]) -
         assert kernel.symbol.encode() in cubin
         assert kernel.symbol in compiled.resources, f"no ptxas report for {kernel.symbol}"
         assert compiled.resources[kernel.symbol].registers > 0
+        budget = CODE_BUDGET.get((kernel.symbol, entry.arch))
+        if budget is not None:
+            n = text_instructions(cubin, kernel.symbol)
+            assert n <= budget, f"{kernel.symbol}: {n} SASS instructions, over its {budget}"
     # ptxas C7510-C7519: a wgmma under a branch it cannot prove warp-uniform, or an accumulator
     # read between a wgmma's issue and its wait, makes it wait for every wgmma to finish before
     # the next issues (the state passes ran so for a session, 2026-11-29).
