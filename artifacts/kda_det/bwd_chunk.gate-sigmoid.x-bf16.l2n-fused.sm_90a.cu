@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:19ba3330c744298a1b6a874494ef6a014f122f89f403a8ec77450147eaace710
+// identity: sha256:faa11a5e165c67ef6496a54f1f3b30a9239325cfa2b2f3d1d18c7fc249c6c3ba
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -912,6 +912,21 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     span = fmaxf(span, gs[fx<128>(r, d)] - gs[fx<128>(re, d)]);
                 }
             const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
+            // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32, loaded once for both
+            // n-tile pairs (the column operands from per-column offsets, as in (b)).
+            float4 a1lo, a1hi, a2lo, a2hi, c1lo, c1hi, c2lo, c2hi;
+            if (fast_span) {
+                a1lo = r4(keep_below(ldf4(TT, fx<64>(i0, j0)), j0, i0));
+                a1hi = r4(keep_below(ldf4(TT, fx<64>(i1, j0)), j0, i1));
+                a2lo = r4(keep_below(ldf4(AK, fx<64>(i0, j0)), j0, i0));
+                a2hi = r4(keep_below(ldf4(AK, fx<64>(i1, j0)), j0, i1));
+                const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
+                const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
+                c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
+                c1hi = r4(keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1));
+                c2lo = r4(keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0));
+                c2hi = r4(keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1));
+            }
 #pragma unroll 1
             for (int nh = 0; nh < 2; ++nh) {
                 bool fast = fast_span;
@@ -921,19 +936,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
                     for (int x = 0; x < 4; ++x) arq[n][x] = ark[n][x] = acl[n][x] = 0.f;
                 if (fast) {
-                    // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32. The column
-                    // operands and the B gathers (rows u = 16 rb + 4 t + e) from per-column
-                    // offsets, as in (a) and (b).
-                    const float4 a1lo = r4(keep_below(ldf4(TT, fx<64>(i0, j0)), j0, i0));
-                    const float4 a1hi = r4(keep_below(ldf4(TT, fx<64>(i1, j0)), j0, i1));
-                    const float4 a2lo = r4(keep_below(ldf4(AK, fx<64>(i0, j0)), j0, i0));
-                    const float4 a2hi = r4(keep_below(ldf4(AK, fx<64>(i1, j0)), j0, i1));
-                    const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
-                    const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
-                    const float4 c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
-                    const float4 c1hi = r4(keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1));
-                    const float4 c2lo = r4(keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0));
-                    const float4 c2hi = r4(keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1));
+                    // The B gathers (rows u = 16 rb + 4 t + e) from per-column offsets, as in (a), (b).
                     const float* gR = gs + 2048 * rb;
                     const unsigned short* kR = ks + 2048 * rb;
                     const unsigned short* qR = qs + 2048 * rb;
