@@ -360,3 +360,20 @@ def test_shared_memory_overrun_is_reported():
     inp, _, _ = case_inputs(CASES["g-mixed-off"])
     with pytest.raises(EmuError, match="past the end of the 115456 bytes of shared memory"):
         forward_outputs(inp, Mutated(G_OFF, "bs[tid] = b;", "bs[tid + 320] = b;"))
+
+
+def test_check_compare_reports_any_differing_bit(tmp_path):
+    """tools.emu.check --compare, the template A/B: equal files pass, one flipped bit fails."""
+    from tools.emu.check import compare_saved
+
+    out = {"case": {"o": torch.randn(4, 3), "dk": torch.randn(5)}}
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    torch.save(out, a)
+    torch.save({"case": {k: v.clone() for k, v in out["case"].items()}}, b)
+    assert compare_saved(a, b) == 0
+    flipped = out["case"]["dk"].clone()
+    flipped.view(torch.int32)[2] ^= 1
+    torch.save({"case": {"o": out["case"]["o"], "dk": flipped}}, b)
+    assert compare_saved(a, b) == 1
+    torch.save({"case": {"o": out["case"]["o"]}}, b)
+    assert compare_saved(a, b) == 1

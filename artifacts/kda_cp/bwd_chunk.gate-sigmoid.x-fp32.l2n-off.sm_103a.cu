@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:b6ce4d909e8eef92847f0207979c23386a61a67ad0cf6961b9fe6a3211de5a1c
+// identity: sha256:f753a50b4358357be4179f19147af3aee62d537e0838037042876f12fda58f06
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -906,6 +906,21 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     span = fmaxf(span, gs[fx<128>(r, d)] - gs[fx<128>(re, d)]);
                 }
             const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
+            // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32, loaded once for both
+            // n-tile pairs (the column operands from per-column offsets, as in (b)).
+            float4 a1lo, a1hi, a2lo, a2hi, c1lo, c1hi, c2lo, c2hi;
+            if (fast_span) {
+                a1lo = r4(keep_below(ldf4(TT, fx<64>(i0, j0)), j0, i0));
+                a1hi = r4(keep_below(ldf4(TT, fx<64>(i1, j0)), j0, i1));
+                a2lo = r4(keep_below(ldf4(AK, fx<64>(i0, j0)), j0, i0));
+                a2hi = r4(keep_below(ldf4(AK, fx<64>(i1, j0)), j0, i1));
+                const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
+                const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
+                c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
+                c1hi = r4(keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1));
+                c2lo = r4(keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0));
+                c2hi = r4(keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1));
+            }
 #pragma unroll 1
             for (int nh = 0; nh < 2; ++nh) {
                 bool fast = fast_span;
@@ -915,19 +930,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
                     for (int x = 0; x < 4; ++x) arq[n][x] = ark[n][x] = acl[n][x] = 0.f;
                 if (fast) {
-                    // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32.
-                    const float4 a1lo = r4(keep_below(ldf4(TT, fx<64>(i0, j0)), j0, i0));
-                    const float4 a1hi = r4(keep_below(ldf4(TT, fx<64>(i1, j0)), j0, i1));
-                    const float4 a2lo = r4(keep_below(ldf4(AK, fx<64>(i0, j0)), j0, i0));
-                    const float4 a2hi = r4(keep_below(ldf4(AK, fx<64>(i1, j0)), j0, i1));
-                    const float4 c1lo = r4(keep_above(ldt4<64>(TT, j0, i0), j0, i0));
-                    const float4 c1hi = r4(keep_above(ldt4<64>(TT, j0, i1), j0, i1));
-                    const float4 c2lo = r4(keep_above(ldt4<64>(AK, j0, i0), j0, i0));
-                    const float4 c2hi = r4(keep_above(ldt4<64>(AK, j0, i1), j0, i1));
+                    // The B gathers (rows u = 16 rb + 4 t + e) from per-column offsets, as in (a), (b).
+                    const float* gR = gs + 2048 * rb;
+                    const unsigned short* kR = ks + 2048 * rb;
+                    const unsigned short* qR = qs + 2048 * rb;
 #pragma unroll
                     for (int n = 0; n < 2; ++n) {
                         const int d = 32 * cq + 8 * (2 * nh + n) + g;
                         const float gr = gs[fx<128>(r, d)], ge = gs[fx<128>(re, d)];
+                        const int gq0 = tg_col(128, t, d, 0), gq1 = tg_col(128, t, d, 1);
                         // B = hi + lo, both TF32 (error ~2^-22): the row and column terms of a pair
                         // enter dGamma with opposite signs and cancel in dg's reverse cumsum, so
                         // their factors must not carry independent TF32 errors. dA's rounding is
@@ -935,9 +946,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         float4 bkh, bkl, bqh, bql, bch, bcl;
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const int u = j0 + e;
-                            const float gu = gs[fx<128>(u, d)];
-                            const float ku = ld1_bf16(ks, u, d) * rkf(u), qu = ld1_bf16(qs, u, d) * rqf(u);
+                            const int u = j0 + e, bq = bf_col(t, d, e);
+                            const float gu = gR[((e & 1) ? gq1 : gq0) + 128 * e];
+                            const float ku = cake_bf16_to_f32(kR[bq]) * rkf(u), qu = cake_bf16_to_f32(qR[bq]) * rqf(u);
                             const float f = cake_ex2(gu - ge);
                             split_tf32(ku * cake_ex2(gr - gu), e4(bkh, e), e4(bkl, e));
                             split_tf32(qu * f, e4(bqh, e), e4(bql, e));

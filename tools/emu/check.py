@@ -166,6 +166,24 @@ def schedule_differences(
     return diffs
 
 
+def compare_saved(a: Path, b: Path) -> int:
+    """1 when any output of any case differs in a bit (or is missing from one file)."""
+    first, second = torch.load(a), torch.load(b)
+    differ = 0
+    for case in sorted(set(first) | set(second)):
+        for name in sorted(set(first.get(case, {})) | set(second.get(case, {}))):
+            x, y = first.get(case, {}).get(name), second.get(case, {}).get(name)
+            if x is None or y is None:
+                verdict = "missing in " + (str(a) if x is None else str(b))
+            elif torch.equal(x, y):
+                verdict = "bitwise equal"
+            else:
+                verdict = f"DIFFERS, max |a - b| {(x.double() - y.double()).abs().max().item():.3e}"
+            differ += verdict != "bitwise equal"
+            print(f"{case:24} {name:9} {verdict}")
+    return 1 if differ else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.emu.check", description=__doc__)
     parser.add_argument("--case", action="append", choices=list(CASES), help="default: all")
@@ -175,7 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=0, help="OS threads (0: one per core)")
     parser.add_argument("--races", action="store_true", help="also rerun in four other orders")
+    parser.add_argument(
+        "--save", type=Path, metavar="PT", help="write every case's outputs here (torch.save)"
+    )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        nargs=2,
+        metavar="PT",
+        help="compare two --save files bitwise (template A/B: save, change, save, compare)",
+    )
     args = parser.parse_args(argv)
+    if args.compare:
+        return compare_saved(*args.compare)
 
     def make_loader(options: Options) -> EmuLoader:
         return EmuLoader(source=args.source, options=options)
@@ -186,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"lengths {args.lengths}, heads {args.heads}, seed {args.seed}, bound {BOUND:.1e}")
     print(f"{'case':24} {'output':9} {'rel-L2':>9} {'worst head':>11}  result")
     failed = 0
+    saved: dict[str, dict[str, torch.Tensor]] = {}
     for name in args.case or list(CASES):
         start = time.perf_counter()
         rows, out = check_case(CASES[name], loader, **case)
@@ -199,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             failed += len(diffs)
             note = "; other schedules: " + (", ".join(diffs) + " DIFFER" if diffs else "same bits")
         print(f"{'':24} ({time.perf_counter() - start:.1f} s{note})")
+        saved[name] = out
+    if args.save:
+        torch.save(saved, args.save)
     print("all within bounds" if not failed else f"{failed} FAILURE(S)")
     return 1 if failed else 0
 
