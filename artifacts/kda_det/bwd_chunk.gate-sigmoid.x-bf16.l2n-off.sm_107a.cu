@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:cc11ddf97e2cbbc45d83348c4a7108e3c70988af807a5097cd6888369fd9b51a
+// identity: sha256:90103d74aebb4825983c7b2d1918bd8369f518eac97c01d5573c5e0474fbda41
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -764,6 +764,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 6: intra-chunk gradients of Aqk (dA1 = s dAqk) and Akk (dA2 = dAkk).
     {
         CAKE_REIDX;
+        if (kGate != 0) {
+            // The raw gate input x of the chunk's rows into L2 now, for the epilogue's dx loop: its
+            // loads are one per row, and from DRAM each took a full latency (raw forms +1.0 ms on
+            // 1doc, session 6). One 128-byte line per thread, sizeof(x_t) lines per row.
+            constexpr int kLines = (int)sizeof(x_t);
+            const int r = tid / kLines;
+            if (r < L)
+                cake_prefetch_l2(xin + in_base + (long long)r * tok_stride + (tid % kLines) * (128 / kLines));
+        }
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
         // (a) row gradients, off-diagonal blocks J < rb, reference r = 16 rb:
         // out_I = 2^(G_I - G_r) (dA_IJ @ (k_J 2^(G_r - G_J))).
@@ -1156,13 +1165,20 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             a_exp = expf(A_log[h]);
             bias_d = dt_bias[h * 128 + d];
         }
+        // Raw gates: row r + 1's x is loaded before row r's dx is stored (from L2, prefetched in
+        // phase 6), so one load is always in flight under the other row's arithmetic.
+        float x_next = 0.f;
+        (void)x_next;
+        if (kGate != 0 && 16 * sg < L) x_next = load_x(xin + in_base + (long long)(16 * sg) * tok_stride + d);
         for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r) {
             const float dgv = RD[fx<128>(r, d)] + off;
             const long long o = in_base + (long long)r * tok_stride + d;
             if (kGate == 0) {
                 store_dx(dg_out + o, dgv);
             } else {
-                const float z = load_x(xin + o) + bias_d;
+                const float x_r = x_next;
+                if (r + 1 < 16 * sg + 16 && r + 1 < L) x_next = load_x(xin + o + tok_stride);
+                const float z = x_r + bias_d;
                 float dx, dA;
                 if (kGate == 1) {
                     // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
