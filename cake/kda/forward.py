@@ -146,13 +146,8 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
         M = _segmented_state_pass(
             state["kda_fwd_state"], local, combine, plan, ops, h0, o, ht, states, H
         )
-    saved = (
-        dict(
-            G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, T=Tm, Akk=Akk, R=Rn, states=states, beta32=beta32
-        )
-        if keep
-        else None
-    )
+    kept = dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, T=Tm, Akk=Akk, R=Rn, states=states)
+    saved = dict(kept, beta32=beta32) if keep else None
     if saved is not None and M is not None:
         saved["M"] = M
     return o, ht, saved
