@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:a2530ec2644b180cc64affb386291d03510b06a222ea76bbdc4dd2f9f88b23e9
+// identity: sha256:68400466e3525e590e1dbfb6a045a3b2443bc14d4170f877040b379099acd162
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -270,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const float* __restrict__ beta, const float* __restrict__ G, const x_t* __restrict__ xin,
     const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, const float* __restrict__ states,
-    const float* __restrict__ Tm, const float* __restrict__ Akk,
+    const float* __restrict__ Tm, const float* __restrict__ Akk, const float* __restrict__ Rn,
     const float* __restrict__ dS_end, const float* __restrict__ dVn,
     unsigned short* __restrict__ dq_out, unsigned short* __restrict__ dk_out,
     unsigned short* __restrict__ dv_out, x_t* __restrict__ dg_out, float* __restrict__ dbeta_out,
@@ -337,6 +337,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             const int idx = tid + 512 * i, which = idx >> 10, r = (idx >> 4) & 63, c4 = idx & 15;
             cake_cp_async16((which ? AK : TT) + fx<64>(r, 4 * c4), (which ? Akk : Tm) + ws * 4096 + r * 64 + 4 * c4, 16);
         }
+        // The forward's L2-norm reciprocals (rq, rk adjacent), the same bits it used.
+        if (kL2Norm && tid < 32) cake_cp_async16(rq + 4 * tid, Rn + ws * 128 + 4 * tid, 16);
         cake_cp_async_commit();
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -370,19 +372,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             bs[tid] = b;
         }
         cake_cp_async_wait<1>();
-        __syncthreads();
-    }
-    if (kL2Norm) {
-        // kda_fwd_chunk's butterfly: the same bits as the forward's norms.
-        for (int rr = warp; rr < 128; rr += 16) {
-            const unsigned short* s = rr < 64 ? qs : ks;
-            const int r = rr & 63;
-            const float4 x4 = ld4_bf16(s, r, lane);
-            float ss = x4.x * x4.x + x4.y * x4.y + x4.z * x4.z + x4.w * x4.w;
-#pragma unroll
-            for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-            if (lane == 0) (rr < 64 ? rq : rk)[r] = 1.0f / sqrtf(ss + 1e-6f);
-        }
         __syncthreads();
     }
     auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:e4826bd224ddd82fc74a60909a4f109c25bd71902f34b72d93366d21eae80723
+// identity: sha256:d0985bd2109e5aa211cd45ee5241667a65d3c53f80d8a70df0d407e1bfa23d70
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -186,7 +186,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     const x_t* __restrict__ x, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, float* __restrict__ Aqk, float* __restrict__ W,
     float* __restrict__ U, float* __restrict__ Qg, float* __restrict__ Kd, float* __restrict__ gl,
-    float* __restrict__ G_out, float* __restrict__ T_out, float* __restrict__ Akk_out, int H,
+    float* __restrict__ G_out, float* __restrict__ T_out, float* __restrict__ Akk_out,
+    float* __restrict__ R_out, int H,
     int beta_sigmoid, float scale, float lower_bound)
 {
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
@@ -304,6 +305,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         }
     }
     __syncthreads();
+    if (kL2Norm && R_out != nullptr && tid < 128) R_out[ws * 128 + tid] = rq[tid];  // rk = rq + 64
 
     // ---- diagonal 16x16 blocks: a block whose decay span max_d |G_r[d] - G_{r+15}[d]| (r = its
     // first row, log2 units) is below kFastSpan goes through the tensor-core factorisation of the

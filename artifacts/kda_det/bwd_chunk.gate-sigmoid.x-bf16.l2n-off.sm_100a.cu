@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:b26ded89c79d785c1ddbbf417a0f05f74f88237e5e66d2165acdc48a246805e6
+// identity: sha256:b665905254ebcb84c51968dab152868555bcad6143b656bdf4be07be1039e584
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -298,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const float* __restrict__ beta, const float* __restrict__ G, const x_t* __restrict__ xin,
     const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, const float* __restrict__ states,
-    const float* __restrict__ Tm, const float* __restrict__ Akk,
+    const float* __restrict__ Tm, const float* __restrict__ Akk, const float* __restrict__ Rn,
     const float* __restrict__ dS_end, const float* __restrict__ dVn,
     unsigned short* __restrict__ dq_out, unsigned short* __restrict__ dk_out,
     unsigned short* __restrict__ dv_out, x_t* __restrict__ dg_out, float* __restrict__ dbeta_out,
@@ -365,6 +365,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             const int idx = tid + 512 * i, which = idx >> 10, r = (idx >> 4) & 63, c4 = idx & 15;
             cake_cp_async16((which ? AK : TT) + fx<64>(r, 4 * c4), (which ? Akk : Tm) + ws * 4096 + r * 64 + 4 * c4, 16);
         }
+        // The forward's L2-norm reciprocals (rq, rk adjacent), the same bits it used.
+        if (kL2Norm && tid < 32) cake_cp_async16(rq + 4 * tid, Rn + ws * 128 + 4 * tid, 16);
         cake_cp_async_commit();
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -398,19 +400,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             bs[tid] = b;
         }
         cake_cp_async_wait<1>();
-        __syncthreads();
-    }
-    if (kL2Norm) {
-        // kda_fwd_chunk's butterfly: the same bits as the forward's norms.
-        for (int rr = warp; rr < 128; rr += 16) {
-            const unsigned short* s = rr < 64 ? qs : ks;
-            const int r = rr & 63;
-            const float4 x4 = ld4_bf16(s, r, lane);
-            float ss = x4.x * x4.x + x4.y * x4.y + x4.z * x4.z + x4.w * x4.w;
-#pragma unroll
-            for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-            if (lane == 0) (rr < 64 ? rq : rk)[r] = 1.0f / sqrtf(ss + 1e-6f);
-        }
         __syncthreads();
     }
     auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:ee4f155fc8cc613f3550fa50d7b6afa509c901e5bcd5b153e1b7f60e9c3d5ed8
+// identity: sha256:6e15425c536d181b97a93e499c8a98ec6a0068ef7272cf3afeac6495346fb568
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -190,7 +190,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     const x_t* __restrict__ x, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, float* __restrict__ Aqk, float* __restrict__ W,
     float* __restrict__ U, float* __restrict__ Qg, float* __restrict__ Kd, float* __restrict__ gl,
-    float* __restrict__ G_out, float* __restrict__ T_out, float* __restrict__ Akk_out, int H,
+    float* __restrict__ G_out, float* __restrict__ T_out, float* __restrict__ Akk_out,
+    float* __restrict__ R_out, int H,
     int beta_sigmoid, float scale, float lower_bound)
 {
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
@@ -308,6 +309,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         }
     }
     __syncthreads();
+    if (kL2Norm && R_out != nullptr && tid < 128) R_out[ws * 128 + tid] = rq[tid];  // rk = rq + 64
 
     // ---- diagonal 16x16 blocks: a block whose decay span max_d |G_r[d] - G_{r+15}[d]| (r = its
     // first row, log2 units) is below kFastSpan goes through the tensor-core factorisation of the

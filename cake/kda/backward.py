@@ -5,8 +5,9 @@
                             bwd_chunk (chunk-parallel gradients + gate / L2-norm / beta epilogue)
                             bwd_reduce (raw gates only: dA_log, ddt_bias in a fixed order)
 
-The saved path passes `saved` = the forward's G (fwd_chunk's G_out), Aqk, W, Qg, Kd, gl, T, Akk and
-states_out (fwd_state): bwd_state reads Qg, W, Kd, Aqk, gl; bwd_chunk reads G, T, Akk and states_out.
+The saved path passes `saved` = the forward's G (fwd_chunk's G_out), Aqk, W, Qg, Kd, gl, T, Akk, R
+(fused L2 norm) and states_out (fwd_state): bwd_state reads Qg, W, Kd, Aqk, gl; bwd_chunk reads G,
+T, Akk, R and states_out.
 Both paths run the same programs on the same values, so their gradients are bitwise equal.
 """
 
@@ -146,7 +147,7 @@ def backward(  # noqa: ANN201
     bchunk = loader.module(pkg, bwd_chunk_record(config, g.dtype), dev)
     bchunk["kda_bwd_chunk"](
         (NC, H), q, k, v, do, beta32, saved["G"], x, A, bias, layout.chunks, saved["states"],
-        saved["T"], saved["Akk"], dS_end, dVn, dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
+        saved["T"], saved["Akk"], saved["R"], dS_end, dVn, dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
         config.scale, config.lower_bound,
     )  # fmt: skip
     out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta.reshape(beta.shape).to(beta.dtype))

@@ -74,8 +74,8 @@ def package_for(plan: seg.Plan) -> str:
 
 def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool = False):  # noqa: ANN001, ANN201
     """Launch the forward; returns (o, final state or None, saved or None). With keep, saved holds
-    what the backward reads: G (Γ), Aqk, W, Qg, Kd, gl, T and Akk (the chunk solve's), the state at
-    each chunk's start and beta as fp32."""
+    what the backward reads: G (Γ), Aqk, W, Qg, Kd, gl, T and Akk (the chunk solve's), R (the L2
+    norms' reciprocals, fused L2 norm only), the state at each chunk's start and beta as fp32."""
     B, T_, H, _ = q.shape
     T = B * T_
     device = q.device
@@ -105,6 +105,7 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
     Tm = torch.empty((NC, H, CHUNK, CHUNK), **f32) if keep else None
     Akk = torch.empty((NC, H, CHUNK, CHUNK), **f32) if keep else None
     states = torch.empty((NC, H, K, V), **f32) if keep else None
+    Rn = torch.empty((NC, H, 2 * CHUNK), **f32) if keep and config.l2n is L2Norm.fused else None
     chunk["kda_fwd_chunk"](
         (NC, H),
         q,
@@ -121,9 +122,10 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
         Qg,
         Kd,
         gl,
-        G,  # G_out, T_out, Akk_out: written only when the backward will read them
+        G,  # G_out, T_out, Akk_out, R_out: written only when the backward will read them
         Tm,
         Akk,
+        Rn,
         H,
         int(config.beta_sigmoid),
         config.scale,
@@ -144,11 +146,8 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
         M = _segmented_state_pass(
             state["kda_fwd_state"], local, combine, plan, ops, h0, o, ht, states, H
         )
-    saved = (
-        dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, T=Tm, Akk=Akk, states=states, beta32=beta32)
-        if keep
-        else None
-    )
+    kept = dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, T=Tm, Akk=Akk, R=Rn, states=states)
+    saved = dict(kept, beta32=beta32) if keep else None
     if saved is not None and M is not None:
         saved["M"] = M
     return o, ht, saved
