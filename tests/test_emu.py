@@ -5,7 +5,6 @@ other legal thread orders give the same bits; and programs with a planted bug fa
 from __future__ import annotations
 
 import dataclasses
-
 import re
 import sys
 from pathlib import Path
