@@ -119,7 +119,7 @@ class Stage(StrEnum):
     bwd_chunk = "bwd_chunk"
     bwd_reduce = "bwd_reduce"
     seg_combine = "seg_combine"  # kda_cp only: the segment-boundary walk of long sequences
-    fwd_state_local = "fwd_state_local"  # kda_cp only: fwd_state without O for the local passes
+    fwd_state_local = "fwd_state_local"  # fwd_state without O: local passes, replay states
 
 
 class GateForm(StrEnum):

@@ -4,6 +4,7 @@ other legal thread orders give the same bits; and programs with a planted bug fa
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -246,9 +247,16 @@ def test_forward_keeps_the_chunk_solve_the_backward_reads(loader):
 
 
 @needs_cxx
-def test_saved_and_replay_paths_agree_bitwise(loader):
-    inp, do, dht = case_inputs(CASES["g-mixed-off"])
-    config = config_for(inp)
+@pytest.mark.parametrize("segments", [None, 2], ids=["serial", "split"])
+@pytest.mark.parametrize("arch", [None, Arch.sm_90a], ids=["sm_90", "sm_90a"])
+def test_saved_and_replay_paths_agree_bitwise(loader, segments, arch):
+    """The replay reruns the state pass without O (fwd_state_local): the same states, so the same
+    gradients; also when sequences are split into segments (kda_cp), and on the wgmma bodies."""
+    loader = loader if arch is None else EmuLoader(arch=arch)
+    inp, do, dht = case_inputs(CASES["g-mixed-off"], lengths=[300, 65, 1])
+    config = dataclasses.replace(config_for(inp), segments=segments)
+    if segments is not None:
+        assert forward_module.segment_plan(config, inp.q.shape[2], inp.q.device).any_split
     args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
     with emulate(loader):
         saved = forward_module.forward(*args, config, keep=True)[2]

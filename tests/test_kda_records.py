@@ -85,3 +85,19 @@ def test_chunk_tables_align_chunks_to_each_sequence(cu, chunks, seq_chunks):
     assert layout.chunks.tolist() == chunks
     assert layout.seq_chunks.tolist() == seq_chunks
     assert layout.chunks.dtype == torch.int32
+
+
+def test_replay_runs_the_state_pass_without_o_from_kda_det():
+    """The backward's replay recomputes only the chunk-start states: the no-O state program, which
+    kda_det ships for every arch (and kda_cp copies)."""
+    from cake.kda.backward import records as backward_records
+    from cake.kda.forward import STATE, STATE_LOCAL
+
+    facts = Facts(capability=(9, 0), driver=Version.parse("13.4"), nvrtc=Version.parse("13.4"))
+    replay = backward_records(config(GateForm.g, L2Norm.off), torch.float32, replay=True)
+    saved = backward_records(config(GateForm.g, L2Norm.off), torch.float32, replay=False)
+    assert STATE_LOCAL in replay and STATE not in replay
+    assert STATE_LOCAL not in saved and STATE not in saved
+    for record in replay:
+        assert select(MANIFEST, PACKAGE, record, facts).entry.arch is Arch.sm_90a
+    assert records(config(GateForm.g, L2Norm.off), torch.float32)[-1] == STATE

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:64ee891d23c27c1a3137d72e05bf96a81736e53f034330e9b1e05680db887829
+// identity: sha256:17f4b62456caaeac45fc0c2d824d3421470de011b9ccede833d28a558e203b3c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:19f7a225d720f68a02fc9c17a44ba63edc482e1f6be5e4673d4e35357df0468a
+// identity: sha256:35a91e8e22569017fce132a325319025e0770d8035bbf6e255066d9fbe9e00c8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:d75dbb20784664c5c398bd5e02d0f95c29fcaf80451f7bd397a323d409f80b84
+// identity: sha256:6a375a3747ad47ad54df8e6d54bc8525eed25e7aa1a5b878bdbed301a52deae0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

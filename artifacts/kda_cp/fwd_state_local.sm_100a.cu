@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
-// generator: cake render from generators/templates/kda/fwd_state.cu.j2
+// copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:2e24003334024f2d80e78e85054824eeb018cd8be4924ac3eca2f1b5e02dcb53
+// identity: sha256:c7728b5837f65be425a06929548f077cfdda240ad8cd243c87749c8f9e28369b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

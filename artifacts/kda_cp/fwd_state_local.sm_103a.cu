@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
-// generator: cake render from generators/templates/kda/fwd_state.cu.j2
+// copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:e2b13a370499da51bc2442d517ac088c54b94b01bbbbc73ebff586b8a9b8f379
+// identity: sha256:49034678cb48ff2f62c55a13b3cbfec418f58ac51459eb43ca947a5fd4d881c8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
-// generator: cake render from generators/templates/kda/fwd_state.cu.j2
+// copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:ea3cf9a4ae028b563e20c7e6adb79d43c4f8dc934d155457d85c34fe906470c5
+// identity: sha256:c3230f6af67172ef6f2b7f6d5d85d8daccfc1cdbfabfc09b8317ad17378d2d7e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

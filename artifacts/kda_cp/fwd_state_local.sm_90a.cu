@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
-// generator: cake render from generators/templates/kda/fwd_state.cu.j2
+// copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:2528847d6eab85bb93e78ea951c46839296a108b99803fde41088df7b3b20232
+// identity: sha256:5731ecf64bfe3e0e8fbaf136e6543fcfaa1b6d58ad88cd8cb505963fe353a3c3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

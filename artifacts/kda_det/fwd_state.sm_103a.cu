@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:7f9a3ebf8756affc1673adde72628789835b7c6a54c8177dda605b35e2aebdff
+// identity: sha256:4e47ae7421fa60b5e1f593516988179b8fe6c38b0a68e838cd1ff10cd72fee59
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

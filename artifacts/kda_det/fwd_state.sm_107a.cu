@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:e532239098b7b36564e820cedfc710598ba9036d75d5da7590c38fe7ccfb3dd0
+// identity: sha256:5ceb88cde232ade34d63520e718f259a3265cc08074a28c8af60a6ebc238b96f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

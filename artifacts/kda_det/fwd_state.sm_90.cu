@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:0ed93f9c24341fd93db2bd91365757bac600da035a65c2a5ef67b07bb3a7daa0
+// identity: sha256:ecf1f251247636b703bebbdb7af5c2f2f166c14c7a638874c8bd5c352f2182ee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:77f22febd77fc1e210a68b701efdec2a12597b9430b6aee429aed656376bc2d1
+// identity: sha256:aa73b427af5f90a9c3ece62320feaba61bb5ac2505bb9d3eb7a297ec85f25ed1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

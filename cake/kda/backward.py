@@ -1,6 +1,7 @@
 """The KDA backward as a sequence of program launches (docs/backward-design.md).
 
-    replay (saved is None): fwd_chunk (gate fused, G_out, T_out, Akk_out), fwd_state (states_out)
+    replay (saved is None): fwd_chunk (gate fused, G_out, T_out, Akk_out), fwd_state without O
+                            (fwd_state_local: states_out only)
     then:                   bwd_state (reverse state pass: dS_end, dVn, dh0)
                             bwd_chunk (chunk-parallel gradients + gate / L2-norm / beta epilogue)
                             bwd_reduce (raw gates only: dA_log, ddt_bias in a fixed order)
@@ -58,7 +59,7 @@ def records(
     """The records one backward call launches, in launch order; with `split`, kda_cp's combine."""
     out = []
     if replay:
-        out += fwd_records(config, g_dtype, split=split)
+        out += fwd_records(config, g_dtype, split=split, want_o=False)
     out += [BWD_STATE, *([COMBINE] if split else [])]
     out += [bwd_chunk_record(config, g_dtype)]
     if config.gate is not GateForm.g:
@@ -68,8 +69,8 @@ def records(
 
 def replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config) -> dict:  # noqa: ANN001
     """What the backward needs from the forward, recomputed with the forward's own programs (so the
-    replay and saved paths read the same bits); o and the final state are dropped."""
-    saved = forward(q, k, v, g, beta, A_log, dt_bias, h0, config, keep=True)[2]
+    replay and saved paths read the same bits); the state pass runs without O (the same states)."""
+    saved = forward(q, k, v, g, beta, A_log, dt_bias, h0, config, keep=True, want_o=False)[2]
     assert saved is not None
     return saved
 

@@ -1,0 +1,426 @@
+// GENERATED FILE, DO NOT EDIT.
+// generator: cake render from generators/templates/kda/fwd_state.cu.j2
+// record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
+// identity: sha256:62b103770b2cd75b041f7c1e81ff31db7aaf282eee03a210a994a79c2f2ef073
+// ---- begin cake/bf16.cuh ----
+
+// bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
+__device__ __forceinline__ float cake_bf16_lo(unsigned int packed) {
+    return __uint_as_float(packed << 16);
+}
+
+__device__ __forceinline__ float cake_bf16_hi(unsigned int packed) {
+    return __uint_as_float(packed & 0xffff0000u);
+}
+
+__device__ __forceinline__ float cake_bf16_to_f32(unsigned short bits) {
+    return __uint_as_float(((unsigned int)bits) << 16);
+}
+
+// Round to nearest even, as torch does; PTX packs the first source into the upper half.
+__device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// ---- end cake/bf16.cuh ----
+// ---- begin cake/mma.cuh ----
+
+// Round to nearest, ties to even: the same half-ulp bound the TF32 error budget in
+// docs/kernel-notes.md assumes; feeding raw fp32 bits to the tensor core would truncate instead.
+// cvt.rn (PTX 7.8, sm_90+: every arch cake builds) is one native instruction (F2FP.TF32); cvt.rna
+// was three (an Inf/NaN guard, an add, a mask), ~10 % of kda_bwd_chunk's instructions.
+__device__ __forceinline__ unsigned int cake_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
+// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
+__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:
+// a0 (g, k0) a1 (g+8, k0) a2 (g, k1) a3 (g+8, k1); b0 (k0, g) b1 (k1, g);
+// d0,d1 (g, 2t..2t+1) d2,d3 (g+8, 2t..2t+1). Callers choose the pair (k0, k1) a lane covers; any
+// bijection onto the 8 reduction slots is valid as long as A and B use the same one.
+__device__ __forceinline__ void cake_mma_tf32(float (&d)[4], unsigned int a0, unsigned int a1,
+                                              unsigned int a2, unsigned int a3, unsigned int b0,
+                                              unsigned int b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// ---- end cake/mma.cuh ----
+// ---- begin cake/cp_async.cuh ----
+
+__device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned int)a;
+}
+
+// 16-byte global->shared copy that bypasses L1 (every byte is read once per block). src_bytes < 16
+// zero-fills the rest, which is how rows past a short chunk become exact zeros.
+__device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cake_cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cake_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Pull the 128-byte line holding p into L2 (no register result, nothing waits on it): a later
+// load of it then pays L2 latency, not DRAM's.
+__device__ __forceinline__ void cake_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+}
+// ---- end cake/cp_async.cuh ----
+
+namespace {
+
+// fwd_state_local (kda_cp): the local passes of long sequences; fwd_state: everything else.
+constexpr bool kLocal = true;
+
+// 16-byte column chunks XOR-swizzled per row. Rows 2q and 2q+1 differ in bit 2, so the
+// mma-fragment reads (lane (g, t) -> row g, chunk c0 + t) are conflict-free; rows 0, 2, 4, 6 take
+// distinct even values, so the transposed scalar stores of S and Vnew are conflict-free too.
+__device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
+__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
+__device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
+__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
+__device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
+
+__device__ __forceinline__ float4 ld4(const float* s, int idx) {
+    return *reinterpret_cast<const float4*>(s + idx);
+}
+
+// A 16x8 (rows) by 16-deep (two k8 steps) product step. Lane (g, t) holds reduction indices
+// 4t..4t+3 of the 16: the first mma takes 4t, 4t+1, the second 4t+2, 4t+3 (same map for A and B).
+// Every operand in shared memory is already TF32 (kda_fwd_chunk rounds W, Qg, Kd, Aqk; this
+// kernel rounds S and Vnew when it stores them), so the bits go to the tensor cores unconverted.
+__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi,
+                                        const float4& b) {
+    cake_mma_tf32(d, __float_as_uint(a_lo.x), __float_as_uint(a_hi.x), __float_as_uint(a_lo.y),
+                  __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));
+    cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),
+                  __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
+}
+
+__device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
+
+// hi = TF32(x) to `a`; with `split`, also lo = TF32(x - hi) to `b` (x = hi + lo to ~2^-22).
+__device__ __forceinline__ void split_store(bool split, float* a, float* b, int idx, float x) {
+    const float hi = rtf32(x);
+    a[idx] = hi;
+    if (split) b[idx] = rtf32(x - hi);
+}
+
+// Chunk wsi's inputs into L2 (128-byte lines, the two value blocks vb of a head taking every other
+// one): W, U, Qg, Kd (256 lines each), Aqk (128), gl (4); the local program skips Qg and Aqk, and U
+// when it is null.
+__device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
+                                                  const float* Kd, const float* Aqk, const float* gl,
+                                                  long long wsi, int tid, int vb) {
+    for (int j = 2 * tid + vb; j < 1156; j += 512) {
+        if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
+        if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
+        const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
+                       : j < 1152 ? Aqk + wsi * 4096 + (j - 1024) * 32
+                                  : gl + wsi * 128 + (j - 1152) * 32;
+        cake_prefetch_l2(p);
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
+    const float* __restrict__ W, const float* __restrict__ U, const float* __restrict__ Qg,
+    const float* __restrict__ Kd, const float* __restrict__ Aqk, const float* __restrict__ gl,
+    const int* __restrict__ chunks, const int* __restrict__ seq_chunks,
+    const int* __restrict__ precise, const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht,
+    float* __restrict__ states_out, int H, int has_h0, int store_ht)
+{
+    extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
+    float* Ws = reinterpret_cast<float*>(smem);  // [64 tok][128 K]
+    float* Qs = Ws + 64 * 128;                   // [64 tok][128 K]
+    float* Ks = Qs + 64 * 128;                   // Kd^T [128 K][64 tok]
+    float* As = Ks + 128 * 64;                   // Aqk [64][64]
+    float* Us = As + 64 * 64;                    // U[:, vblock] [64 tok][64 v]
+    float* Gs = Us + 64 * 64;                    // gl [128]
+    float* St = Gs + 128;                        // S^T [64 v][128 K], TF32 hi part
+    float* Vt = St + 64 * 128;                   // Vnew^T [64 v][64 tok], TF32 hi part
+    float* St2 = Vt + 64 * 64;                   // S^T lo part (S - hi, TF32)
+    float* Vt2 = St2 + 64 * 128;                 // Vnew^T lo part
+
+    const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
+    const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
+    const bool split = precise != nullptr && precise[n] != 0;  // block-uniform
+
+    // State tile owned in registers (mma accumulator layout): K rows kr0 + 16 mi + g (+8),
+    // value columns vc0 + 8 ni + 2t (+1), within this block's 64 columns.
+    const int kr0 = 32 * (warp >> 1), vc0 = 32 * (warp & 1);
+    float S[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+            float2 lo = make_float2(0.f, 0.f), hi = make_float2(0.f, 0.f);
+            if (has_h0 == 1) {
+                lo = *reinterpret_cast<const float2*>(h0 + state_base + (long long)r * 128 + col);
+                hi = *reinterpret_cast<const float2*>(h0 + state_base + (long long)(r + 8) * 128 + col);
+            } else if (kLocal && has_h0 == 2) {  // S = I: value column vb*64 + col of row r
+                const int c = vb * 64 + col;
+                lo = make_float2(r == c ? 1.f : 0.f, r == c + 1 ? 1.f : 0.f);
+                hi = make_float2(r + 8 == c ? 1.f : 0.f, r + 8 == c + 1 ? 1.f : 0.f);
+            }
+            S[mi][ni][0] = lo.x; S[mi][ni][1] = lo.y; S[mi][ni][2] = hi.x; S[mi][ni][3] = hi.y;
+        }
+
+    // Two load groups per chunk, each issued as soon as its buffers are free: group A (W, Qg)
+    // lands while the previous chunk finishes, group B (U, Aqk, Kd, gl) while Phase 1 runs.
+    // Per-thread parts of the cp.async addresses are chunk-invariant (a row's swizzle depends on
+    // row % 8 only), so each issue is a base pointer plus immediate offsets.
+    const int ra = tid >> 5, ca = tid & 31, rb16 = tid >> 4, cb16 = tid & 15;
+    const int dst_a = at128(ra, ca), src_a = ra * 128 + ca * 4;
+    const int dst_b = at64(rb16, cb16), src_b = rb16 * 64 + cb16 * 4;
+    const int src_u = rb16 * 128 + vb * 64 + cb16 * 4;
+    auto issue_a = [&](int ci) {
+        const long long base = ((long long)ci * H + h) * 8192;
+        const float* w = W + base + src_a;
+        const float* qg = Qg + base + src_a;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + dst_a + 1024 * i, w + 1024 * i, 16);
+        if (!kLocal)  // Qg and Aqk feed O only
+#pragma unroll
+            for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + dst_a + 1024 * i, qg + 1024 * i, 16);
+    };
+    auto issue_b = [&](int ci) {
+        const long long wsi = (long long)ci * H + h;
+        const float* kd = Kd + wsi * 8192 + src_b;
+        const float* aq = Aqk + wsi * 4096 + src_b;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + dst_b + 1024 * i, kd + 1024 * i, 16);
+        if (!kLocal)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) cake_cp_async16(As + dst_b + 1024 * i, aq + 1024 * i, 16);
+        if (!kLocal || U != nullptr) {  // else Us holds the zeros written before the loop
+            const float* u = U + wsi * 8192 + src_u;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) cake_cp_async16(Us + dst_b + 1024 * i, u + 2048 * i, 16);
+        }
+        if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + wsi * 128 + 4 * tid, 16);
+    };
+    auto store_st = [&]() {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+                split_store(split, St, St2, el128(col, r), S[mi][ni][0]);
+                split_store(split, St, St2, el128(col + 1, r), S[mi][ni][1]);
+                split_store(split, St, St2, el128(col, r + 8), S[mi][ni][2]);
+                split_store(split, St, St2, el128(col + 1, r + 8), S[mi][ni][3]);
+            }
+    };
+    auto store_global = [&](float* dst) {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+                *reinterpret_cast<float2*>(dst + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
+                *reinterpret_cast<float2*>(dst + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
+            }
+    };
+
+    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
+
+    if (kLocal && U == nullptr)
+        for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier
+    if (nc > 1) prefetch_chunk(c0 + 1);
+    if (nc > 0) {
+        issue_a(c0);
+        cake_cp_async_commit();
+        issue_b(c0);
+        cake_cp_async_commit();
+    }
+    store_st();
+
+    // Phase-1 roles: warp rows rb..rb+31 of W (warps 0-3) or Qg (warps 4-7), columns vc0..vc0+31.
+    // The local program has no O (no Qg S, no Phase 3a; Qg and Aqk are not loaded): the chain's
+    // W S is split over all 8 warps instead, each taking the 16-row half `only_mi` of its 32 rows.
+    // Every element is summed in the same order either way, so the results are the same bits.
+    const bool is_o = warp >= 4, want_o = !kLocal;
+    const bool chain = !is_o || kLocal;
+    const int only_mi = kLocal ? warp >> 2 : -1;
+    const int rb = 32 * ((warp >> 1) & 1);
+    const float* Asrc = chain ? Ws : Qs;
+
+#pragma unroll 1
+    for (int i = 0; i < nc; ++i) {
+        const int ci = c0 + i;
+        const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
+        // Pull chunk i+2 into L2 now, so the cp.async groups of chunk i+1 (issued during this
+        // chunk) hit L2 instead of waiting on DRAM. The two value blocks of a head split the lines.
+        if (i + 2 < nc) prefetch_chunk(ci + 2);
+        cake_cp_async_wait<1>();
+        __syncthreads();
+        // The chunk's start state goes out two float2 stores per kp step of Phase 1, so the store
+        // queue drains under the mma instead of stalling every warp here (ncu, session 4: 22 %
+        // of the pass's stall samples were this store queue when it was issued in one burst).
+        float* const st_out = states_out != nullptr ? states_out + ((long long)ci * H + h) * 16384 + vb * 64 : nullptr;
+
+        // Phase 1: acc = W S (warps 0-3) or Qg S (warps 4-7), K = 128.
+        float acc[2][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.f;
+#pragma unroll
+        for (int kp = 0; kp < 8; ++kp) {
+            if (st_out != nullptr) {
+                const int mi = kp >> 2, ni = kp & 3;
+                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+                *reinterpret_cast<float2*>(st_out + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
+                *reinterpret_cast<float2*>(st_out + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
+            }
+            float4 b4[4];
+            if (split && chain) {  // W S feeds the chain: S's lo part too (O takes hi only)
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(St2, at128(vc0 + 8 * ni + g, 4 * kp + t));
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    if (only_mi >= 0 && mi != only_mi) continue;  // warp-uniform
+                    const float4 alo = ld4(Asrc, at128(rb + 16 * mi + g, 4 * kp + t));
+                    const float4 ahi = ld4(Asrc, at128(rb + 16 * mi + g + 8, 4 * kp + t));
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni) mma_k16(acc[mi][ni], alo, ahi, b4[ni]);
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(St, at128(vc0 + 8 * ni + g, 4 * kp + t));
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+                if (only_mi >= 0 && mi != only_mi) continue;
+                const float4 alo = ld4(Asrc, at128(rb + 16 * mi + g, 4 * kp + t));
+                const float4 ahi = ld4(Asrc, at128(rb + 16 * mi + g + 8, 4 * kp + t));
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) mma_k16(acc[mi][ni], alo, ahi, b4[ni]);
+            }
+        }
+        __syncthreads();
+        if (i + 1 < nc) issue_a(ci + 1);
+        cake_cp_async_commit();
+        cake_cp_async_wait<1>();
+        __syncthreads();
+
+        // Phase 2: Vnew = U - W S, stored transposed for use as the B operand.
+        if (chain) {
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    if (only_mi >= 0 && mi != only_mi) continue;
+                    const int r = rb + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+                    const float2 ulo = *reinterpret_cast<const float2*>(Us + el64(r, col));
+                    const float2 uhi = *reinterpret_cast<const float2*>(Us + el64(r + 8, col));
+                    split_store(split, Vt, Vt2, el64(col, r), ulo.x - acc[mi][ni][0]);
+                    split_store(split, Vt, Vt2, el64(col + 1, r), ulo.y - acc[mi][ni][1]);
+                    split_store(split, Vt, Vt2, el64(col, r + 8), uhi.x - acc[mi][ni][2]);
+                    split_store(split, Vt, Vt2, el64(col + 1, r + 8), uhi.y - acc[mi][ni][3]);
+                }
+        }
+        __syncthreads();
+
+        // Phase 3a: O = Qg S + Aqk Vnew (lower triangular: rows rb.. need tokens < rb + 32).
+        if (is_o && want_o) {
+#pragma unroll
+            for (int kp = 0; kp < 4; ++kp) {
+                if (16 * kp < rb + 32) {
+                    float4 b4[4];
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Vt, at64(vc0 + 8 * ni + g, 4 * kp + t));
+#pragma unroll
+                    for (int mi = 0; mi < 2; ++mi) {
+                        const float4 alo = ld4(As, at64(rb + 16 * mi + g, 4 * kp + t));
+                        const float4 ahi = ld4(As, at64(rb + 16 * mi + g + 8, 4 * kp + t));
+#pragma unroll
+                        for (int ni = 0; ni < 4; ++ni) mma_k16(acc[mi][ni], alo, ahi, b4[ni]);
+                    }
+                }
+            }
+            const long long orow = (long long)H * 128;
+            unsigned short* ob = o + (long long)t0 * orow + h * 128 + vb * 64;
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {
+                    const int r = rb + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+                    if (r < L)
+                        *reinterpret_cast<unsigned int*>(ob + r * orow + col) = cake_pack_bf16x2(acc[mi][ni][0], acc[mi][ni][1]);
+                    if (r + 8 < L)
+                        *reinterpret_cast<unsigned int*>(ob + (r + 8) * orow + col) = cake_pack_bf16x2(acc[mi][ni][2], acc[mi][ni][3]);
+                }
+        }
+
+        // Phase 3b: S = diag(gl) S + Kd^T Vnew (every warp, its own 32x32 tile).
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+            const float ga = Gs[kr0 + 16 * mi + g], gb = Gs[kr0 + 16 * mi + g + 8];
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                S[mi][ni][0] *= ga; S[mi][ni][1] *= ga;
+                S[mi][ni][2] *= gb; S[mi][ni][3] *= gb;
+            }
+        }
+#pragma unroll
+        for (int kp = 0; kp < 4; ++kp) {
+            float4 b4[4];
+            if (split) {
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Vt2, at64(vc0 + 8 * ni + g, 4 * kp + t));
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    const float4 alo = ld4(Ks, at64(kr0 + 16 * mi + g, 4 * kp + t));
+                    const float4 ahi = ld4(Ks, at64(kr0 + 16 * mi + g + 8, 4 * kp + t));
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni) mma_k16(S[mi][ni], alo, ahi, b4[ni]);
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Vt, at64(vc0 + 8 * ni + g, 4 * kp + t));
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+                const float4 alo = ld4(Ks, at64(kr0 + 16 * mi + g, 4 * kp + t));
+                const float4 ahi = ld4(Ks, at64(kr0 + 16 * mi + g + 8, 4 * kp + t));
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) mma_k16(S[mi][ni], alo, ahi, b4[ni]);
+            }
+        }
+        store_st();
+        __syncthreads();
+        if (i + 1 < nc) issue_b(ci + 1);
+        cake_cp_async_commit();
+    }
+    cake_cp_async_wait<0>();
+    if (store_ht) store_global(ht + state_base);
+}

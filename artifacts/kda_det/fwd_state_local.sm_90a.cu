@@ -1,0 +1,454 @@
+// GENERATED FILE, DO NOT EDIT.
+// generator: cake render from generators/templates/kda/fwd_state.cu.j2
+// record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
+// identity: sha256:27b2a7e39c50a1de6a71d8978628050d712058e730f9a816d78befec5e797170
+// ---- begin cake/bf16.cuh ----
+
+// bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
+__device__ __forceinline__ float cake_bf16_lo(unsigned int packed) {
+    return __uint_as_float(packed << 16);
+}
+
+__device__ __forceinline__ float cake_bf16_hi(unsigned int packed) {
+    return __uint_as_float(packed & 0xffff0000u);
+}
+
+__device__ __forceinline__ float cake_bf16_to_f32(unsigned short bits) {
+    return __uint_as_float(((unsigned int)bits) << 16);
+}
+
+// Round to nearest even, as torch does; PTX packs the first source into the upper half.
+__device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// ---- end cake/bf16.cuh ----
+// ---- begin cake/mma.cuh ----
+
+// Round to nearest, ties to even: the same half-ulp bound the TF32 error budget in
+// docs/kernel-notes.md assumes; feeding raw fp32 bits to the tensor core would truncate instead.
+// cvt.rn (PTX 7.8, sm_90+: every arch cake builds) is one native instruction (F2FP.TF32); cvt.rna
+// was three (an Inf/NaN guard, an add, a mask), ~10 % of kda_bwd_chunk's instructions.
+__device__ __forceinline__ unsigned int cake_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
+// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
+__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:
+// a0 (g, k0) a1 (g+8, k0) a2 (g, k1) a3 (g+8, k1); b0 (k0, g) b1 (k1, g);
+// d0,d1 (g, 2t..2t+1) d2,d3 (g+8, 2t..2t+1). Callers choose the pair (k0, k1) a lane covers; any
+// bijection onto the 8 reduction slots is valid as long as A and B use the same one.
+__device__ __forceinline__ void cake_mma_tf32(float (&d)[4], unsigned int a0, unsigned int a1,
+                                              unsigned int a2, unsigned int a3, unsigned int b0,
+                                              unsigned int b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// ---- end cake/mma.cuh ----
+// ---- begin cake/cp_async.cuh ----
+
+__device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned int)a;
+}
+
+// 16-byte global->shared copy that bypasses L1 (every byte is read once per block). src_bytes < 16
+// zero-fills the rest, which is how rows past a short chunk become exact zeros.
+__device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cake_cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cake_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+}
+
+// Pull the 128-byte line holding p into L2 (no register result, nothing waits on it): a later
+// load of it then pays L2 latency, not DRAM's.
+__device__ __forceinline__ void cake_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+}
+// ---- end cake/cp_async.cuh ----
+// ---- begin cake/wgmma.cuh ----
+// Warpgroup matrix multiply (wgmma, sm_90a only) on tf32 operands in shared memory; the layout,
+// descriptors and fragment map are docs/wgmma-plan.md's, checked alone by tests/cuda/wgmma_probe.cu.
+//
+// Operand layout: K-major (tf32 wgmma has no transpose), 128-byte swizzle. A tile of ROWS rows is
+// stored as K panels of 32 elements: panel p = ROWS x 128 bytes, row r at r * 128, its 16-byte
+// chunk c at chunk c ^ (r % 8). Tiles start on 1024-byte boundaries (descriptor base offset 0).
+// Accumulators (m64nNk8, f32): warp w of the warpgroup holds rows 16 w + g, 16 w + g + 8; n8 block
+// j holds columns 8 j + 2 t, 8 j + 2 t + 1 as d[4 j], d[4 j + 1] (row 16 w + g) and d[4 j + 2],
+// d[4 j + 3] (row 16 w + g + 8), with g = lane / 4, t = lane % 4.
+// ---- begin cake/wgmma_layout.cuh ----
+// The K-major, 128-byte-swizzled shared-memory layout of wgmma's tf32 operands and their
+// descriptors (docs/wgmma-plan.md): plain C++, so the CPU emulator compiles this header as it is
+// (cake/wgmma.cuh, the instructions, has a CPU twin).
+
+// Float index of element (row, k) of a ROWS-row tile in that layout.
+template <int ROWS>
+__device__ __forceinline__ int cake_wg_idx(int row, int k) {
+    return (k >> 5) * (ROWS * 32) + row * 32 + ((((k >> 2) & 7) ^ (row & 7)) << 2) + (k & 3);
+}
+
+// Descriptor of rows row0..row0+63 (row0 a multiple of 8) and k8 step s of a ROWS-row tile: panel
+// s / 4, +32 bytes per step inside the swizzled rows; SBO 1024 bytes (8 rows), LBO unused (1),
+// 128-byte swizzle (mode 1 in bits 62-63).
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
+    const unsigned int addr = cake_smem_addr(tile) + (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+// ---- end cake/wgmma_layout.cuh ----
+
+// d (+)= A B for one k8 step: m64n64k8, f32 accumulators, tf32 operands. acc = 0: d = A B.
+__device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(acc));
+}
+
+// The same with A from registers: a = A(16 w + g, t), A(16 w + g + 8, t), A(16 w + g, t + 4),
+// A(16 w + g + 8, t + 4) of this k8 step (w = warp in the warpgroup), already TF32.
+__device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// m64n32k8 with A from registers (the same a as cake_wgmma_n64_rs); B rows (n) from the
+// descriptor's row0 on, d[4 j + x] for n8 blocks j = 0..3.
+__device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// Before the first wgmma that reads accumulators written by other instructions.
+__device__ __forceinline__ void cake_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cake_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cake_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+// Shared memory written by ordinary stores, made visible to wgmma's (async proxy) reads.
+__device__ __forceinline__ void cake_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// ---- end cake/wgmma.cuh ----
+
+namespace {
+
+// fwd_state_local (kda_cp): the local passes of long sequences; fwd_state: everything else.
+constexpr bool kLocal = true;
+
+// 16-byte column chunks XOR-swizzled per row. Rows 2q and 2q+1 differ in bit 2, so the
+// mma-fragment reads (lane (g, t) -> row g, chunk c0 + t) are conflict-free; rows 0, 2, 4, 6 take
+// distinct even values, so the transposed scalar stores of S and Vnew are conflict-free too.
+__device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
+__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
+__device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
+__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
+__device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
+
+__device__ __forceinline__ float4 ld4(const float* s, int idx) {
+    return *reinterpret_cast<const float4*>(s + idx);
+}
+
+// A 16x8 (rows) by 16-deep (two k8 steps) product step. Lane (g, t) holds reduction indices
+// 4t..4t+3 of the 16: the first mma takes 4t, 4t+1, the second 4t+2, 4t+3 (same map for A and B).
+// Every operand in shared memory is already TF32 (kda_fwd_chunk rounds W, Qg, Kd, Aqk; this
+// kernel rounds S and Vnew when it stores them), so the bits go to the tensor cores unconverted.
+__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi,
+                                        const float4& b) {
+    cake_mma_tf32(d, __float_as_uint(a_lo.x), __float_as_uint(a_hi.x), __float_as_uint(a_lo.y),
+                  __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));
+    cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),
+                  __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
+}
+
+__device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
+
+// hi = TF32(x) to `a`; with `split`, also lo = TF32(x - hi) to `b` (x = hi + lo to ~2^-22).
+__device__ __forceinline__ void split_store(bool split, float* a, float* b, int idx, float x) {
+    const float hi = rtf32(x);
+    a[idx] = hi;
+    if (split) b[idx] = rtf32(x - hi);
+}
+
+// Chunk wsi's inputs into L2 (128-byte lines, the two value blocks vb of a head taking every other
+// one): W, U, Qg, Kd (256 lines each), Aqk (128), gl (4); the local program skips Qg and Aqk, and U
+// when it is null.
+__device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
+                                                  const float* Kd, const float* Aqk, const float* gl,
+                                                  long long wsi, int tid, int vb) {
+    for (int j = 2 * tid + vb; j < 1156; j += 512) {
+        if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
+        if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
+        const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
+                       : j < 1152 ? Aqk + wsi * 4096 + (j - 1024) * 32
+                                  : gl + wsi * 128 + (j - 1152) * 32;
+        cake_prefetch_l2(p);
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
+    const float* __restrict__ W, const float* __restrict__ U, const float* __restrict__ Qg,
+    const float* __restrict__ Kd, const float* __restrict__ Aqk, const float* __restrict__ gl,
+    const int* __restrict__ chunks, const int* __restrict__ seq_chunks,
+    const int* __restrict__ precise, const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht,
+    float* __restrict__ states_out, int H, int has_h0, int store_ht)
+{
+    // ---- sm_90a: the products on wgmma (docs/wgmma-plan.md). Warpgroup 0 = the chain (W S, Vnew),
+    // warpgroup 1 = the output (Qg S, Aqk Vnew, o); both update their 64 key rows of S.
+    extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
+    float* Ws = reinterpret_cast<float*>(smem);  // W [64 tok][128 K], wgmma K panels
+    float* Qs = Ws + 8192;                       // Qg, the same
+    float* Ks = Qs + 8192;                       // Kd^T [128 K][64 tok]
+    float* St = Ks + 8192;                       // S^T [64 v][128 K], TF32 hi part
+    float* St2 = St + 8192;                      // S^T lo part
+    float* As = St2 + 8192;                      // Aqk [64][64]
+    float* Vt = As + 4096;                       // Vnew^T [64 v][64 tok], hi part
+    float* Vt2 = Vt + 4096;                      // Vnew^T lo part
+    float* Us = Vt2 + 4096;                      // U[:, vblock] [64 tok][64 v] (el64 layout)
+    float* Gs = Us + 4096;                       // gl [128]
+
+    const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
+    // wg and split through a warp shuffle: ptxas then knows them warp-uniform, and a wgmma under a
+    // branch on them is not serialized (C7518 / C7519 "divergent path" otherwise).
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), w = (tid >> 5) & 3;
+    const int g = (tid & 31) >> 2, t = tid & 3;
+    const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
+    const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
+    const bool split = __shfl_sync(0xffffffffu, int(precise != nullptr && precise[n] != 0), 0) != 0;  // block-uniform
+    // Accumulator element x of this thread: row 16 w + g (+ 8 for x & 2) of its warpgroup's 64,
+    // column 8 (x >> 2) + 2 t + (x & 1).
+    auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
+    auto col_of = [&](int x) { return 8 * (x >> 2) + 2 * t + (x & 1); };
+    const int kd0 = 64 * wg;  // this warpgroup's key rows of S
+
+    float S[32];
+#pragma unroll
+    for (int x = 0; x < 32; ++x) {
+        const int d = kd0 + row_of(x), v = col_of(x);
+        float s = 0.f;
+        if (has_h0 == 1) s = h0[state_base + (long long)d * 128 + v];
+        else if (kLocal && has_h0 == 2) s = d == vb * 64 + v ? 1.f : 0.f;  // S = I
+        S[x] = s;
+    }
+    auto store_st = [&]() {
+#pragma unroll
+        for (int x = 0; x < 32; ++x) {
+            const int idx = cake_wg_idx<64>(col_of(x), kd0 + row_of(x));
+            split_store(split, St, St2, idx, S[x]);
+        }
+    };
+    auto store_global = [&](float* dst, int x0, int x1) {  // S elements x0..x1-1 (pairs)
+#pragma unroll
+        for (int x = x0; x < x1; x += 2)
+            *reinterpret_cast<float2*>(dst + (long long)(kd0 + row_of(x)) * 128 + col_of(x)) = make_float2(S[x], S[x + 1]);
+    };
+
+    auto issue_a = [&](int ci) {
+        const long long base = ((long long)ci * H + h) * 8192;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int idx = tid + 256 * i, r = idx >> 5, c4 = idx & 31;
+            cake_cp_async16(Ws + cake_wg_idx<64>(r, 4 * c4), W + base + r * 128 + 4 * c4, 16);
+            if (!kLocal) cake_cp_async16(Qs + cake_wg_idx<64>(r, 4 * c4), Qg + base + r * 128 + 4 * c4, 16);
+        }
+    };
+    // Phase 3's operands (Kd^T, Aqk) of a chunk, into buffer b: 0 = (Ks, As); 1 = (St2, Vt2),
+    // free on rows that are not precise, so there each chunk's pair is loaded a chunk ahead.
+    auto issue_k = [&](int ci, int b) {
+        const long long wsi = (long long)ci * H + h;
+        float* kb = b ? St2 : Ks;
+        float* ab = b ? Vt2 : As;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
+            cake_cp_async16(kb + cake_wg_idx<128>(r, 4 * c4), Kd + wsi * 8192 + r * 64 + 4 * c4, 16);
+        }
+        if (!kLocal)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
+                cake_cp_async16(ab + cake_wg_idx<64>(r, 4 * c4), Aqk + wsi * 4096 + r * 64 + 4 * c4, 16);
+            }
+    };
+    // Phase 2's U columns and phase 3's gl (read into registers in phase 2).
+    auto issue_u = [&](int ci) {
+        const long long wsi = (long long)ci * H + h;
+        if (!kLocal || U != nullptr)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
+                cake_cp_async16(Us + at64(r, c4), U + wsi * 8192 + r * 128 + vb * 64 + 4 * c4, 16);
+            }
+        if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + wsi * 128 + 4 * tid, 16);
+    };
+    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
+
+    // cp.async groups, committed in this order: per chunk i, A(i+1) after phase 1, U(i+1) after
+    // phase 2 and a K group after phase 3: K(i+2) into buffer i & 1 when the row is not precise
+    // (double-buffered), else K(i+1) into buffer 0; the prologue commits K(0) (double) or nothing,
+    // then A(0), U(0), and the first K group, so every wait below counts the same groups.
+    const bool dbl = !split;  // block-uniform
+    if (kLocal && U == nullptr)
+        for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier
+    if (nc > 1) prefetch_chunk(c0 + 1);
+    if (dbl && nc > 0) issue_k(c0, 0);
+    cake_cp_async_commit();
+    if (nc > 0) {
+        issue_a(c0);
+        cake_cp_async_commit();
+        issue_u(c0);
+        cake_cp_async_commit();
+    }
+    if (dbl ? nc > 1 : nc > 0) issue_k(dbl ? c0 + 1 : c0, dbl ? 1 : 0);
+    cake_cp_async_commit();
+    store_st();
+    // Each chunk's (first token, length) is loaded a chunk ahead: the o store's address math
+    // waited on this load at the top of every chunk (12 % of the stall samples, ncu).
+    int2 tl = nc > 0 ? *reinterpret_cast<const int2*>(chunks + 2 * c0) : make_int2(0, 0);
+
+#pragma unroll 1
+    for (int i = 0; i < nc; ++i) {
+        const int ci = c0 + i;
+        const int t0 = tl.x, L = tl.y;
+        if (i + 1 < nc) tl = *reinterpret_cast<const int2*>(chunks + 2 * (ci + 1));
+        const int kb = dbl ? i & 1 : 0;
+        const float* Kc = kb ? St2 : Ks;
+        const float* Ac = kb ? Vt2 : As;
+        if (i + 2 < nc) prefetch_chunk(ci + 2);
+        cake_cp_async_wait<2>();   // A(i): after it only U(i) and a K group were committed
+        cake_fence_proxy_async();  // cp.async data and S^T (generic proxy) -> wgmma's reads
+        __syncthreads();
+
+        // The chunk's start state goes out first: a register read of S (a wgmma accumulator)
+        // between a wgmma's issue and its wait serializes every wgmma (ptxas C7514).
+        if (states_out != nullptr) store_global(states_out + ((long long)ci * H + h) * 16384 + vb * 64, 0, 32);
+
+        // Phase 1: acc = W S (warpgroup 0) or Qg S (warpgroup 1; the local program has no O).
+        float acc[32];
+#pragma unroll
+        for (int x = 0; x < 32; ++x) acc[x] = 0.f;  // (the first step overwrites: scale-d = 0)
+        const bool run1 = wg == 0 || !kLocal;
+        if (run1) {
+            const float* Asrc = wg == 0 ? Ws : Qs;
+            cake_wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 16; ++s)
+                cake_wgmma_n64(acc, cake_wg_desc<64>(Asrc, 0, s), cake_wg_desc<64>(St, 0, s), s > 0);
+            if (split && wg == 0)  // W S feeds the chain: S's lo part too (O takes hi only)
+#pragma unroll
+                for (int s = 0; s < 16; ++s)
+                    cake_wgmma_n64(acc, cake_wg_desc<64>(Ws, 0, s), cake_wg_desc<64>(St2, 0, s), 1);
+            cake_wgmma_commit();
+        }
+        if (run1) cake_wgmma_wait<0>();
+        __syncthreads();  // every read of Ws / Qs done
+        if (i + 1 < nc) issue_a(ci + 1);
+        cake_cp_async_commit();
+        cake_cp_async_wait<2>();  // U(i): after it the K group and A(i+1)
+        __syncthreads();
+
+        // Phase 2: Vnew = U - W S (warpgroup 0), stored transposed as the B operand; gl to registers.
+        if (wg == 0) {
+#pragma unroll
+            for (int x = 0; x < 32; ++x) {
+                const int tok = row_of(x), v = col_of(x);
+                split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok), Us[el64(tok, v)] - acc[x]);
+            }
+        }
+        const float gl0 = Gs[kd0 + row_of(0)], gl1 = Gs[kd0 + row_of(2)];
+        __syncthreads();  // every read of Us / Gs done
+        if (i + 1 < nc) issue_u(ci + 1);
+        cake_cp_async_commit();
+        // K(i): double-buffered, committed before A(i), U(i), K(i+1), A(i+1), U(i+1); else
+        // before A(i+1), U(i+1).
+        if (dbl) cake_cp_async_wait<5>();
+        else cake_cp_async_wait<2>();
+        cake_fence_proxy_async();  // Vnew^T and the group-K tiles -> wgmma's reads
+        __syncthreads();
+
+        // Phase 3: O = Qg S + Aqk Vnew (warpgroup 1) and S = diag(gl) S + Kd^T Vnew (both). S is
+        // scaled before any product is issued (a register read inside the wgmma pipeline stage
+        // serializes it, ptxas C7514).
+#pragma unroll
+        for (int x = 0; x < 32; ++x) S[x] *= (x & 2) ? gl1 : gl0;
+        if (wg == 1 && !kLocal) {
+            cake_wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+                cake_wgmma_n64(acc, cake_wg_desc<64>(Ac, 0, s), cake_wg_desc<64>(Vt, 0, s), 1);
+            cake_wgmma_commit();
+        }
+        cake_wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+            cake_wgmma_n64(S, cake_wg_desc<128>(Kc, kd0, s), cake_wg_desc<64>(Vt, 0, s), 1);
+        if (split)
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+                cake_wgmma_n64(S, cake_wg_desc<128>(Kc, kd0, s), cake_wg_desc<64>(Vt2, 0, s), 1);
+        cake_wgmma_commit();
+        cake_wgmma_wait<0>();  // (o after the S update too: reading acc while S's group runs serializes)
+        if (wg == 1 && !kLocal) {
+            const long long orow = (long long)H * 128;
+            unsigned short* ob = o + (long long)t0 * orow + h * 128 + vb * 64;
+#pragma unroll
+            for (int x = 0; x < 32; x += 2) {
+                const int r = row_of(x), col = col_of(x);
+                if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col) = cake_pack_bf16x2(acc[x], acc[x + 1]);
+            }
+        }
+        store_st();
+        __syncthreads();  // every read of buffer kb, Vt and Vt2 done
+        if (dbl ? i + 2 < nc : i + 1 < nc) issue_k(dbl ? ci + 2 : ci + 1, kb);
+        cake_cp_async_commit();
+    }
+    cake_cp_async_wait<0>();
+    if (store_ht) store_global(ht + state_base, 0, 32);
+}
