@@ -46,15 +46,19 @@ def _chunk_record(gate: GateForm, l2n: L2Norm, g_dtype: torch.dtype) -> str:
 
 
 STATE = Variant(stage=Stage.fwd_state).key
-STATE_LOCAL = Variant(stage=Stage.fwd_state_local).key  # kda_cp only
+STATE_LOCAL = Variant(stage=Stage.fwd_state_local).key  # the state pass without O
 COMBINE = Variant(stage=Stage.seg_combine).key  # kda_cp only
 COMBINE_COLUMNS = 4  # value columns per kda_seg_combine block
 
 
-def records(config: Config, g_dtype: torch.dtype, *, split: bool = False) -> list[str]:
+def records(
+    config: Config, g_dtype: torch.dtype, *, split: bool = False, want_o: bool = True
+) -> list[str]:
     """The records one forward call launches, in launch order (in `package_for`'s package);
-    with `split`, kda_cp's local state program and combine too."""
-    return [chunk_record(config, g_dtype), *([STATE_LOCAL, COMBINE] if split else []), STATE]
+    with `split`, kda_cp's local state program and combine too. Without `want_o` (the backward's
+    replay) the state pass is the program without O."""
+    out = [chunk_record(config, g_dtype), *([STATE_LOCAL, COMBINE] if split else [])]
+    return list(dict.fromkeys([*out, STATE if want_o else STATE_LOCAL]))
 
 
 def segment_plan(config: Config, heads: int, device: torch.device) -> seg.Plan:
@@ -72,10 +76,16 @@ def package_for(plan: seg.Plan) -> str:
     return PACKAGE_CP if plan.any_split else PACKAGE
 
 
-def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool = False):  # noqa: ANN001, ANN201
+def forward(  # noqa: ANN201
+    q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool = False, want_o: bool = True
+):  # noqa: ANN001
     """Launch the forward; returns (o, final state or None, saved or None). With keep, saved holds
     what the backward reads: G (Γ), Aqk, W, Qg, Kd, gl, T and Akk (the chunk solve's), R (the L2
-    norms' reciprocals, fused L2 norm only), the state at each chunk's start and beta as fp32."""
+    norms' reciprocals, fused L2 norm only), the state at each chunk's start and beta as fp32.
+    Without want_o (the backward's replay: keep only) the state pass is the program without O,
+    which reads neither Qg nor Aqk and writes the same states; o and the final state are then
+    None."""
+    assert keep or want_o, "want_o=False is the replay's: it needs keep"
     B, T_, H, _ = q.shape
     T = B * T_
     device = q.device
@@ -86,9 +96,11 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
     pkg = package_for(plan)
     loader = default_loader()
     # Select and fetch every program first, so that an offline miss names all of them at once.
-    loader.ensure([(pkg, r) for r in records(config, g.dtype, split=plan.any_split)], dev)
+    loader.ensure(
+        [(pkg, r) for r in records(config, g.dtype, split=plan.any_split, want_o=want_o)], dev
+    )
     chunk = loader.module(pkg, chunk_record(config, g.dtype), dev)
-    state = loader.module(pkg, STATE, dev)
+    state = loader.module(pkg, STATE if want_o else STATE_LOCAL, dev)
 
     x = g.view(T, H, K)
     if config.gate is not GateForm.g:
@@ -131,8 +143,8 @@ def forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool 
         config.scale,
         float(config.lower_bound),
     )
-    o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device)
-    ht = torch.empty((N, H, K, V), **f32) if config.store_final_state else None
+    o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device) if want_o else None
+    ht = torch.empty((N, H, K, V), **f32) if config.store_final_state and want_o else None
     ops = (W, U, Qg, Kd, Aqk, gl, layout.chunks)
     M = None
     if not plan.any_split:
