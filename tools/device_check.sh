@@ -3,7 +3,8 @@
 # set, accuracy and forward speed against FLA 0.6.0. Logs go to $OUT. Usage on the H200:
 #   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed fla-cache kernels diag long long-report speed-long host probe bits ab)
 # bits / ab compare this tree with .base (tools/ab_prepare.sh): o and every gradient bitwise (one
-# fwd+bwd per BITS_ROWS entry, row:variant), and per-kernel times (kernels in both trees, twice here).
+# fwd+bwd per BITS_ROWS entry, row:variant), and per-kernel times (kernels in both trees, twice here,
+# for each of AB_VARIANTS).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=/tmp/cake-cache CAKE_QUIET=1
@@ -42,11 +43,16 @@ for step in $steps; do
         (cd .base && CAKE_BUNDLE_DIR=$PWD/.bundle timeout 120 python3 tools/one_step.py --row "$row" --variant "$variant" --save /tmp/bits-base.pt >/dev/null 2>&1)
         echo "$row $variant: $(python3 tools/one_step.py --compare /tmp/bits-new.pt /tmp/bits-base.pt 2>&1 | tr -s ' ' | tr '\n' ';')"
       done 2>&1 | tee "$OUT/bits.log" ;;
-    ab) for k in new base new2; do
-        if [ $k = base ]; then (cd .base && OUT=$OUT/base bash tools/device_check.sh kernels > "$OUT/k-$k.txt" 2>&1)
-        else bash tools/device_check.sh kernels > "$OUT/k-$k.txt" 2>&1; fi
-      done
-      for k in new base new2; do echo "== $k"; grep -E "segments=|kda_|total" "$OUT/k-$k.txt" | grep -v at::native; done ;;
+    ab) # per-kernel times here / .base / here again, for each variant of AB_VARIANTS (default
+      # VARIANT), all into $OUT/ab.txt; one line per (variant, row, kernel) at the end
+      for v in ${AB_VARIANTS:-${VARIANT:-g:off:saved}}; do
+        for k in new base new2; do
+          echo "== $v $k"
+          if [ $k = base ]; then (cd .base && OUT=$OUT/base VARIANT=$v bash tools/device_check.sh kernels 2>&1)
+          else VARIANT=$v bash tools/device_check.sh kernels 2>&1; fi | grep -E "segments=|kda_|total" | grep -v at::native
+        done
+      done > "$OUT/ab.txt"
+      python3 tools/ab_table.py "$OUT/ab.txt" ;;
     probe) timeout 120 python3 -m pytest -q -m sm90 -rf tests/test_wgmma_probe_gpu.py 2>&1 | tee "$OUT/probe.log" | tail -8 ;;
     latency) python3 tools/load_latency.py >/dev/null 2>&1; python3 tools/load_latency.py --json "$OUT/latency.json" ;;
   esac
