@@ -12,6 +12,8 @@ export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1 CAKE_CACHE_DIR=/tmp/cake-cache 
 # spares the device the NVRTC compiles; programs missing from it are compiled as usual
 [ -d .bundle ] && export CAKE_BUNDLE_DIR=$PWD/.bundle
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# FLA's Triton kernels and autotuning results, kept between calls (the fla-cache step fills it)
+TCACHE="--triton-cache .tcache"
 steps=${*:-latency tests twin sanitize accuracy speed}
 for step in $steps; do
   echo "=== $step"
@@ -22,19 +24,20 @@ for step in $steps; do
         timeout 240 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 python3 tools/sanitize_small.py > "$OUT/sanitize-$tool.log" 2>&1
         echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|sanitize_small' "$OUT/sanitize-$tool.log" | tr '\n' ' ')"
       done ;;
-    accuracy) timeout 400 python3 tools/bench.py --accuracy --acc-cases g-mixed-off,g-fast-off,g-slow-off,g-slow-fused,g-extreme-off,raw-lb-off,raw-lb-fused --acc-paths ${PATHS_:-saved} --triton-cache .tcache --json "$OUT/accuracy.json" 2>&1 | tee "$OUT/accuracy.log" | tail -30 ;;
-    speed) timeout ${SPEED_S:-400} python3 tools/bench.py --rows ${ROWS:-1doc,4doc,R2,m2} --ops ${OPS_:-fwd} --variants ${VARIANTS:-g:off:saved,g:fused:saved,raw:off:saved,raw:fused:saved} --triton-cache .tcache --json "$OUT/speed.json" 2>&1 | tee "$OUT/speed.log" | tail -40 ;;
+    accuracy) timeout 400 python3 tools/bench.py --accuracy --acc-cases g-mixed-off,g-fast-off,g-slow-off,g-slow-fused,g-extreme-off,raw-lb-off,raw-lb-fused --acc-paths ${PATHS_:-saved} $TCACHE --json "$OUT/accuracy.json" 2>&1 | tee "$OUT/accuracy.log" | tail -30 ;;
+    speed) timeout ${SPEED_S:-400} python3 tools/bench.py --rows ${ROWS:-1doc,4doc,R2,m2} --ops ${OPS_:-fwd} --variants ${VARIANTS:-g:off:saved,g:fused:saved,raw:off:saved,raw:fused:saved} $TCACHE --json "$OUT/speed.json" 2>&1 | tee "$OUT/speed.log" | tail -40 ;;
     fla-cache) # FLA's autotuning, once per row and variant, kept for later calls: bring back
       # $OUT/tcache.tgz, unpack it here (tar -xzf ... -C <repo>) and carry .tcache from then on
-      timeout ${SPEED_S:-500} python3 tools/bench.py --impl fla --rows ${ROWS:-1doc,4doc,R2,m2} --ops fwd+bwd --variants ${VARIANTS:-all} --samples 1 --calls 1 --triton-cache .tcache 2>&1 | tail -5
-      echo "triton cache: $(du -sh .tcache | cut -f1), $(find .tcache -type f | wc -l) files, $(find .tcache -name '*autotune*' | wc -l) autotuning results"
-      if [ $(find .tcache -name '*autotune*' | wc -l) -gt 0 ]; then find .tcache -name '*autotune*' | tar -czf "$OUT/tcache.tgz" -T -
+      timeout ${SPEED_S:-500} python3 tools/bench.py --impl fla --rows ${ROWS:-1doc,4doc,R2,m2} --ops fwd+bwd --variants ${VARIANTS:-all} --samples 1 --calls 1 $TCACHE 2>&1 | tail -5
+      tuned=$(find .tcache -name '*autotune*')
+      echo "triton cache: $(du -sh .tcache | cut -f1), $(find .tcache -type f | wc -l) files, $(echo -n "$tuned" | grep -c .) autotuning results"
+      if [ -n "$tuned" ]; then echo "$tuned" | tar -czf "$OUT/tcache.tgz" -T -
       else tar -czf "$OUT/tcache.tgz" .tcache; fi
       ls -la "$OUT/tcache.tgz" ;;
     long) timeout ${TESTS_S:-400} python3 -m pytest -q -m gpu -rf tests/test_kda_long_gpu.py 2>&1 | tee "$OUT/long.log" | tail -12 ;;
     long-report) timeout ${TESTS_S:-400} python3 tools/long_report.py --json "$OUT/long-report.json" 2>&1 | tee "$OUT/long-report.log" | tail -40 ;;
     host) timeout 60 python3 tools/host_profile.py --row ${ROW:-m2} --top 15 2>&1 | tee "$OUT/host.log" | head -25 ;;
-    speed-long) timeout ${SPEED_S:-400} python3 tools/bench.py --rows long,long4 --impl fla,cake,cake1 --ops fwd,fwd+bwd --variants g:off:saved --triton-cache .tcache --json "$OUT/speed-long.json" 2>&1 | tee "$OUT/speed-long.log" | tail -12 ;;
+    speed-long) timeout ${SPEED_S:-400} python3 tools/bench.py --rows long,long4 --impl fla,cake,cake1 --ops fwd,fwd+bwd --variants g:off:saved $TCACHE --json "$OUT/speed-long.json" 2>&1 | tee "$OUT/speed-long.log" | tail -12 ;;
     kernels) timeout 120 python3 tools/kernel_times.py --rows ${ROWS:-1doc,4doc,R2,m2} --variant ${VARIANT:-g:off:saved} 2>&1 | tee "$OUT/kernels.log" | tail -70 ;;
     diag) timeout 120 python3 tools/diag_dbeta.py 2>&1 | tail -12 ;;
     bits) for rv in ${BITS_ROWS:-1doc:g:off:saved m2:raw:fused:replay R2:g:off:saved}; do
