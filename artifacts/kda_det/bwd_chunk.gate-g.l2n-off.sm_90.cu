@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:747a1df3bf925c8625d02a82f3104471f2ae0cb4d6ccd13bfeafa5a964d82a09
+// identity: sha256:ad43f4d41b95e137504ba1aded843bffed4cc2ed8d52c67f05a176f3a4d7df12
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -103,6 +103,20 @@ __device__ __forceinline__ float cake_ex2(float x) {
 
 __device__ __forceinline__ float cake_sigmoid_ex2(float x) {
     return 1.0f / (1.0f + cake_ex2(-x * CAKE_LOG2E));
+}
+
+// rcp.approx.ftz.f32 (MUFU.RCP, about 1 ulp; +0 for +inf).
+__device__ __forceinline__ float cake_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The logistic sigmoid from MUFU.EX2 and MUFU.RCP, a few ulp: for the backward's derivatives,
+// which need its value, not the forward's bits (4 instructions instead of expf's and an IEEE
+// division's ~20 with a branch).
+__device__ __forceinline__ float cake_sigmoid_fast(float x) {
+    return cake_rcp(1.0f + cake_ex2(-x * CAKE_LOG2E));
 }
 // ---- end cake/fmath.cuh ----
 
@@ -1021,6 +1035,22 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 7: epilogue.
     {
         CAKE_REIDX;
+        // Raw gates: the chunk's x (in L2 since phase 6) into the Akk / T tiles, dead now, as
+        // [64][128] x_t; waited for before the dx loop, which then reads shared memory (one load
+        // per row from L2 had left each row waiting on the previous one's: session 7).
+        x_t* xs = reinterpret_cast<x_t*>(smem + OFF_AK);
+        (void)xs;
+        if (kGate != 0) {
+            constexpr int kPieces = 128 * (int)sizeof(x_t) / 16;  // 16-byte pieces per row
+            constexpr int kPer = 16 / (int)sizeof(x_t);
+#pragma unroll 1
+            for (int j = tid; j < 64 * kPieces; j += 512) {
+                const int r = j / kPieces, p = j % kPieces;
+                if (r < L)
+                    cake_cp_async16(xs + r * 128 + p * kPer, xin + in_base + (long long)r * tok_stride + p * kPer, 16);
+            }
+            cake_cp_async_commit();
+        }
         // The chunk-end decay: last valid row += sum_{i < L-1} Kd dKd + gl dgl.
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -1116,6 +1146,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             RD[fx<128>(r, d)] = run;
         }
         sc[SC_SEG + 128 * sg + d] = run;
+        if (kGate != 0) cake_cp_async_wait<0>();  // x in xs, visible to all after the barrier
         __syncthreads();
         float off = 0.f;
         for (int s2 = 3; s2 > sg; --s2) off += sc[SC_SEG + 128 * s2 + d];
@@ -1126,20 +1157,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             a_exp = expf(A_log[h]);
             bias_d = dt_bias[h * 128 + d];
         }
-        // Raw gates: row r + 1's x is loaded before row r's dx is stored (from L2, prefetched in
-        // phase 6), so one load is always in flight under the other row's arithmetic.
-        float x_next = 0.f;
-        (void)x_next;
-        if (kGate != 0 && 16 * sg < L) x_next = load_x(xin + in_base + (long long)(16 * sg) * tok_stride + d);
         for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r) {
             const float dgv = RD[fx<128>(r, d)] + off;
             const long long o = in_base + (long long)r * tok_stride + d;
             if (kGate == 0) {
                 store_dx(dg_out + o, dgv);
             } else {
-                const float x_r = x_next;
-                if (r + 1 < 16 * sg + 16 && r + 1 < L) x_next = load_x(xin + o + tok_stride);
-                const float z = x_r + bias_d;
+                const float z = load_x(xs + r * 128 + d) + bias_d;
                 float dx, dA;
                 if (kGate == 1) {
                     // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g

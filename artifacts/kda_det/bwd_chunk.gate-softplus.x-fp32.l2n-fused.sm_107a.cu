@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:9e70c79deff4a671a6b2c50566eb2c151788573b365b4fcef24f174d197225c7
+// identity: sha256:5587faf99cadb3d48bcd2af659f56a66f1279c14ee90eb7412258d5d67b1698f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -103,6 +103,20 @@ __device__ __forceinline__ float cake_ex2(float x) {
 
 __device__ __forceinline__ float cake_sigmoid_ex2(float x) {
     return 1.0f / (1.0f + cake_ex2(-x * CAKE_LOG2E));
+}
+
+// rcp.approx.ftz.f32 (MUFU.RCP, about 1 ulp; +0 for +inf).
+__device__ __forceinline__ float cake_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The logistic sigmoid from MUFU.EX2 and MUFU.RCP, a few ulp: for the backward's derivatives,
+// which need its value, not the forward's bits (4 instructions instead of expf's and an IEEE
+// division's ~20 with a branch).
+__device__ __forceinline__ float cake_sigmoid_fast(float x) {
+    return cake_rcp(1.0f + cake_ex2(-x * CAKE_LOG2E));
 }
 // ---- end cake/fmath.cuh ----
 // ---- begin cake/gate.cuh ----
@@ -1051,6 +1065,22 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 7: epilogue.
     {
         CAKE_REIDX;
+        // Raw gates: the chunk's x (in L2 since phase 6) into the Akk / T tiles, dead now, as
+        // [64][128] x_t; waited for before the dx loop, which then reads shared memory (one load
+        // per row from L2 had left each row waiting on the previous one's: session 7).
+        x_t* xs = reinterpret_cast<x_t*>(smem + OFF_AK);
+        (void)xs;
+        if (kGate != 0) {
+            constexpr int kPieces = 128 * (int)sizeof(x_t) / 16;  // 16-byte pieces per row
+            constexpr int kPer = 16 / (int)sizeof(x_t);
+#pragma unroll 1
+            for (int j = tid; j < 64 * kPieces; j += 512) {
+                const int r = j / kPieces, p = j % kPieces;
+                if (r < L)
+                    cake_cp_async16(xs + r * 128 + p * kPer, xin + in_base + (long long)r * tok_stride + p * kPer, 16);
+            }
+            cake_cp_async_commit();
+        }
         // The chunk-end decay: last valid row += sum_{i < L-1} Kd dKd + gl dgl.
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
@@ -1146,6 +1176,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             RD[fx<128>(r, d)] = run;
         }
         sc[SC_SEG + 128 * sg + d] = run;
+        if (kGate != 0) cake_cp_async_wait<0>();  // x in xs, visible to all after the barrier
         __syncthreads();
         float off = 0.f;
         for (int s2 = 3; s2 > sg; --s2) off += sc[SC_SEG + 128 * s2 + d];
@@ -1156,24 +1187,17 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             a_exp = expf(A_log[h]);
             bias_d = dt_bias[h * 128 + d];
         }
-        // Raw gates: row r + 1's x is loaded before row r's dx is stored (from L2, prefetched in
-        // phase 6), so one load is always in flight under the other row's arithmetic.
-        float x_next = 0.f;
-        (void)x_next;
-        if (kGate != 0 && 16 * sg < L) x_next = load_x(xin + in_base + (long long)(16 * sg) * tok_stride + d);
         for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r) {
             const float dgv = RD[fx<128>(r, d)] + off;
             const long long o = in_base + (long long)r * tok_stride + d;
             if (kGate == 0) {
                 store_dx(dg_out + o, dgv);
             } else {
-                const float x_r = x_next;
-                if (r + 1 < 16 * sg + 16 && r + 1 < L) x_next = load_x(xin + o + tok_stride);
-                const float z = x_r + bias_d;
+                const float z = load_x(xs + r * 128 + d) + bias_d;
                 float dx, dA;
                 if (kGate == 1) {
                     // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                    dx = dgv * (-a_exp * cake_sigmoid(z));
+                    dx = dgv * (-a_exp * cake_sigmoid_fast(z));
                     dA = dgv * (-a_exp * cake_softplus(z));
                 } else {
                     // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a, dg/dA_log = lb s (1 - s) u

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:0763d02694a6369929e43bdaf9d1442d6f0d1d0939dd60c5f34d0da415f13efe
+// identity: sha256:2c355e35d004c2273afd3d9724f334de6989177a85dd502e611e2a101e45888a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -103,6 +103,20 @@ __device__ __forceinline__ float cake_ex2(float x) {
 
 __device__ __forceinline__ float cake_sigmoid_ex2(float x) {
     return 1.0f / (1.0f + cake_ex2(-x * CAKE_LOG2E));
+}
+
+// rcp.approx.ftz.f32 (MUFU.RCP, about 1 ulp; +0 for +inf).
+__device__ __forceinline__ float cake_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The logistic sigmoid from MUFU.EX2 and MUFU.RCP, a few ulp: for the backward's derivatives,
+// which need its value, not the forward's bits (4 instructions instead of expf's and an IEEE
+// division's ~20 with a branch).
+__device__ __forceinline__ float cake_sigmoid_fast(float x) {
+    return cake_rcp(1.0f + cake_ex2(-x * CAKE_LOG2E));
 }
 // ---- end cake/fmath.cuh ----
 // ---- begin cake/gate.cuh ----
