@@ -226,6 +226,45 @@ def recurrent_kda(
     return _from_padded(o, packing, T), S
 
 
+def chunk_tiles(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float,
+) -> tuple[torch.Tensor, ...]:
+    """The chunk-local operands of docs/kda.md's chunk form, for any leading batch dims.
+
+    q, k, g `[..., C, K]`, v `[..., C, V]`, beta `[..., C]`. Returns W, U `[..., C, K|V]`,
+    Qg = scale q exp(Γ) `[..., C, K]`, Kd^T = (k exp(Γ_last - Γ))^T `[..., K, C]`, Aqk `[..., C, C]`
+    and gl = exp(Γ_last) `[..., 1, K]`.
+    """
+    C = q.shape[-2]
+    G = g.cumsum(-2)  # Γ, chunk-local inclusive cumsum
+    ones = torch.ones(C, C, dtype=torch.bool, device=q.device)
+    causal = torch.tril(ones)  # j <= i
+    strict = torch.tril(ones, -1)  # j < i
+    # exp(Γ_i - Γ_j) only where j <= i: there Γ_i - Γ_j <= 0 so the factor is <= 1 whatever the
+    # gate. Above the diagonal the difference is large and positive (up to 64 * 1000 for the
+    # extreme gate) and would overflow; the exponent is replaced before exp so that neither the
+    # value nor its gradient sees an inf.
+    diff = G[..., :, None, :] - G[..., None, :, :]  # [..., C, C, K]
+    decay = torch.exp(torch.where(causal[:, :, None], diff, torch.full_like(diff, -math.inf)))
+    Aqk = scale * torch.einsum("...ik,...jk,...ijk->...ij", q, k, decay)
+    M = beta[..., :, None] * torch.einsum("...ik,...jk,...ijk->...ij", k, k, decay) * strict
+    # T = (I + M)^-1 applied by a unit-lower-triangular solve rather than an explicit inverse.
+    IM = M + torch.eye(C, dtype=M.dtype, device=M.device)
+    eG = torch.exp(G)  # Γ <= 0 for log decays, so <= 1
+    W = torch.linalg.solve_triangular(
+        IM, beta[..., None] * (k * eG), upper=False, unitriangular=True
+    )
+    U = torch.linalg.solve_triangular(IM, beta[..., None] * v, upper=False, unitriangular=True)
+    G_last = G[..., -1:, :]  # [..., 1, K]
+    Kd_t = (k * torch.exp(G_last - G)).transpose(-1, -2)
+    return W, U, scale * (q * eG), Kd_t, Aqk, torch.exp(G_last)
+
+
 def _chunk_step(
     S: torch.Tensor,
     q: torch.Tensor,
@@ -240,33 +279,10 @@ def _chunk_step(
     S `[N,H,K,V]` is the state at the chunk's start; q, k, g `[N,H,C,K]`, v `[N,H,C,V]`,
     beta `[N,H,C]`. Returns (o `[N,H,C,V]`, state at the chunk's end).
     """
-    C = q.shape[-2]
-    G = g.cumsum(-2)  # Γ, chunk-local inclusive cumsum
-    ones = torch.ones(C, C, dtype=torch.bool, device=q.device)
-    causal = torch.tril(ones)  # j <= i
-    strict = torch.tril(ones, -1)  # j < i
-    # exp(Γ_i - Γ_j) only where j <= i: there Γ_i - Γ_j <= 0 so the factor is <= 1 whatever the
-    # gate. Above the diagonal the difference is large and positive (up to 64 * 1000 for the
-    # extreme gate) and would overflow; the exponent is replaced before exp so that neither the
-    # value nor its gradient sees an inf.
-    diff = G[..., :, None, :] - G[..., None, :, :]  # [N,H,C,C,K]
-    decay = torch.exp(torch.where(causal[:, :, None], diff, torch.full_like(diff, -math.inf)))
-    Aqk = scale * torch.einsum("nhik,nhjk,nhijk->nhij", q, k, decay)
-    M = beta[..., :, None] * torch.einsum("nhik,nhjk,nhijk->nhij", k, k, decay) * strict
-    # T = (I + M)^-1 applied by a unit-lower-triangular solve rather than an explicit inverse.
-    IM = M + torch.eye(C, dtype=M.dtype, device=M.device)
-    eG = torch.exp(G)  # Γ <= 0 for log decays, so <= 1
-    W = torch.linalg.solve_triangular(
-        IM, beta[..., None] * (k * eG), upper=False, unitriangular=True
-    )
-    U = torch.linalg.solve_triangular(IM, beta[..., None] * v, upper=False, unitriangular=True)
+    W, U, Qg, Kd_t, Aqk, gl = chunk_tiles(q, k, v, g, beta, scale)
     v_new = U - W @ S
-    out = scale * (q * eG) @ S + Aqk @ v_new
-    G_last = G[..., -1:, :]  # [N,H,1,K]
-    S_next = (
-        torch.exp(G_last).transpose(-1, -2) * S
-        + (k * torch.exp(G_last - G)).transpose(-1, -2) @ v_new
-    )
+    out = Qg @ S + Aqk @ v_new
+    S_next = gl.transpose(-1, -2) * S + Kd_t @ v_new
     return out, S_next
 
 

@@ -20,7 +20,6 @@ model, whole tensor and worst window of 8192 tokens.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from kda_inputs import make_inputs, make_long_input  # noqa: E402
+from kda_reference import chunk_tiles  # noqa: E402
 
 FORMATS = ("exact", "tf32", "tf32-precise", "f16-scaled", "bf16")
 C = 64
@@ -63,7 +63,7 @@ def f16_hilo(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def operands(fmt: str):
-    """(A rounding, B rounding) for one format; B's column dim is -1 of a [K, V] tile."""
+    """(A rounding, B rounding) for one format: A scaled per row, B per column (of [K, V])."""
     ident = lambda x: x  # noqa: E731
     if fmt == "exact":
         return ident, ident
@@ -81,28 +81,6 @@ def operands(fmt: str):
 
 def fp32(x: torch.Tensor) -> torch.Tensor:
     return x.float().double()
-
-
-def chunk_tiles(q, k, v, g, beta, scale):
-    """Per chunk, in float64: W, U, Qg, Kd (transposed, [K, C]), Aqk, gl. Inputs [NC, C, K]."""
-    G = g.cumsum(-2)
-    diff = G[:, :, None, :] - G[:, None, :, :]
-    causal = torch.tril(torch.ones(C, C, dtype=torch.bool))
-    decay = torch.exp(torch.where(causal[:, :, None], diff, torch.full_like(diff, -math.inf)))
-    Aqk = scale * torch.einsum("nik,njk,nijk->nij", q, k, decay)
-    M = (
-        beta[..., None]
-        * torch.einsum("nik,njk,nijk->nij", k, k, decay)
-        * torch.tril(torch.ones(C, C), -1)
-    )
-    IM = M + torch.eye(C, dtype=M.dtype)
-    eG = torch.exp(G)
-    W = torch.linalg.solve_triangular(
-        IM, beta[..., None] * (k * eG), upper=False, unitriangular=True
-    )
-    U = torch.linalg.solve_triangular(IM, beta[..., None] * v, upper=False, unitriangular=True)
-    Kd = (k * torch.exp(G[:, -1:, :] - G)).transpose(-1, -2)
-    return W, U, scale * q * eG, Kd, Aqk, torch.exp(G[:, -1, :])
 
 
 def run(q, k, v, g, beta, scale, fmt: str):
@@ -123,6 +101,7 @@ def run(q, k, v, g, beta, scale, fmt: str):
     for c in range(NC):
         if c % 32 == 0:  # tiles 32 chunks at a time (the decay tensor is C x C x K per chunk)
             W, U, Qg, Kd, Aqk, gl = chunk_tiles(*(x[c : c + 32] for x in ins), scale)
+            gl = gl[:, 0]  # [n, K]
             if rnd:  # stored tiles: A operands in their format (Kd's rows are key dims), U, gl fp32
                 W, Qg, Aqk, Kd, U, gl = ra(W), ra(Qg), ra(Aqk), ra(Kd), fp32(U), fp32(gl)
         W_, U_, Qg_, Kd_, Aqk_, gl_ = (x[c % 32] for x in (W, U, Qg, Kd, Aqk, gl))
