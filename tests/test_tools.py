@@ -62,3 +62,40 @@ def test_hi_lo_fp16_with_a_column_scale_keeps_22_bits():
     err = (y - x).abs()
     assert (err <= torch.maximum(x.abs() * 2.0**-22, colmax * 2.0**-39)).all()
     assert not torch.equal(y, tf32(x))  # more than TF32 alone
+
+
+def test_bench_accuracy_compares_every_output_and_gradient_with_an_initial_state(monkeypatch):
+    """tools/bench.py --accuracy on the CPU with stand-ins: the reference itself as "cake" (o and
+    ht exact, gradients rounded to their inputs' dtypes) and a copy that scales o and ht by 1.01 as "fla" (so those read 1e-2 and
+    the gradients, which the scaling also changes, are nonzero). Guards the plumbing: ht, dh0 and
+    the raw gate's dA_log / ddt_bias are compared, per head too."""
+    import bench
+    from kda_reference import kda_reference
+
+    def reference(*, disable_recompute, cu_seqlens_cpu=None, safe_gate=False, **kw):
+        return kda_reference(**kw)
+
+    def scaled(**kw):
+        o, ht = reference(**kw)
+        return 1.01 * o, 1.01 * ht
+
+    monkeypatch.setattr(bench, "DEVICE", "cpu")
+    monkeypatch.setattr(bench, "load_impls", lambda impls: ({"cake": reference, "fla": scaled}, []))
+    argv = ["--accuracy", "--acc-cases", "g-mixed-off,raw-lb-fused", "--acc-lengths", "5,70"]
+    args = bench.build_parser().parse_args([*argv, "--acc-heads", "2", "--acc-initial-state"])
+    args.argv = argv
+    recs = {(r["case"], r["impl"]): r for r in bench.run_accuracy(args)["accuracy"]}
+    wanted = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"}
+    for case in ("g-mixed-off", "raw-lb-fused"):
+        cake, fla = recs[(case, "cake")], recs[(case, "fla")]
+        names = wanted | ({"dA_log", "ddt_bias"} if case.startswith("raw") else set())
+        assert set(cake["rel_l2"]) == names == set(cake["per_head"])
+        assert cake["rel_l2"]["o"] == cake["rel_l2"]["ht"] == 0.0
+        # the stand-in's gradients come back in their inputs' dtypes: bf16 rounding, ~1.6e-3
+        assert max(cake["rel_l2"].values()) < 3e-3
+        assert all(len(v) == 2 for v in cake["per_head"].values())  # two heads
+        for name in ("o", "ht"):
+            assert abs(fla["rel_l2"][name] - 1e-2) < 1e-9
+        assert min(fla["rel_l2"][n] for n in names - {"o", "ht"}) > 1e-4
+    table = bench.format_acc_table(list(recs.values()), worst_head=True)
+    assert "1.0e-02" in table

@@ -66,7 +66,7 @@ GATES = ("g", "raw")
 L2NS = ("off", "fused")
 PATHS = ("saved", "replay")
 GRAD_TENSORS = ("q", "k", "v", "g", "beta", "A_log", "dt_bias")
-ACC_COLUMNS = ("o", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias")
+ACC_COLUMNS = ("o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0")
 
 
 # Rows and variants
@@ -385,12 +385,15 @@ ACC_CASES: dict[str, AccCase] = {
 }
 
 
-def acc_inputs(case: AccCase, lengths: list[int], heads: int, seed: int) -> KDAInputs:
+def acc_inputs(
+    case: AccCase, lengths: list[int], heads: int, seed: int, initial_state: bool
+) -> KDAInputs:
     if case.name == "long":
         return make_long_input(65536, 1, seed=seed, device=DEVICE)
     return make_inputs(
         lengths,
         heads=heads,
+        initial_state=initial_state,
         gate=case.gate,
         regime=case.regime if case.gate == "g" else "mixed",
         lower_bound=LOWER_BOUND if case.gate == "raw" else None,
@@ -405,6 +408,8 @@ def per_head(name: str, out: torch.Tensor, ref: torch.Tensor, heads: int) -> lis
         return rel_l2_per_head(out, ref, 0)
     if name == "ddt_bias":
         return rel_l2_per_head(out.reshape(heads, -1), ref.reshape(heads, -1), 0)
+    if name in ("ht", "dh0"):  # [N, H, K, V]
+        return rel_l2_per_head(out, ref, 1)
     return rel_l2_per_head(out, ref, 2)
 
 
@@ -416,16 +421,20 @@ def run_accuracy(args) -> dict[str, Any]:
     fns, notes = load_impls(impls)
     results: list[dict[str, Any]] = []
     for i, case in enumerate(cases):
-        x = acc_inputs(case, lengths, args.acc_heads, args.seed + 1000 * i)
+        x = acc_inputs(case, lengths, args.acc_heads, args.seed + 1000 * i, args.acc_initial_state)
         heads = x.q.shape[2]
         gen = torch.Generator(device=DEVICE).manual_seed(args.seed + 1000 * i + 1)
         do = torch.randn(x.v.shape, generator=gen, device=DEVICE).to(x.v.dtype)
+        # with an initial state the final state is an output too, with its own random gradient
+        dht = None
+        if x.initial_state is not None:
+            dht = torch.randn(x.initial_state.shape, generator=gen, device=DEVICE)
         if case.name == "long":
             # forward only: the reference backward over 64K tokens is not needed for this case
             with torch.no_grad():
                 ref = {"o": kda_reference(**x.as_kwargs())[0]}
         else:
-            ref = kda_reference_grads(x, do)
+            ref = kda_reference_grads(x, do, dht)
             # no output in beta's dtype can beat the reference rounded to it
             floor = ref["dbeta"].to(x.beta.dtype)
             notes.append(
@@ -442,21 +451,25 @@ def run_accuracy(args) -> dict[str, Any]:
             xg = x.with_grad()
             kw = call_kwargs(impl, fns[impl], xg, path)
             try:
-                o = fns[impl](**kw)[0]
+                o, ht = fns[impl](**kw)[:2]
             except Exception as exc:
                 notes.append(f"{case.name}:{path} {impl} fwd: {describe_exc(exc)}")
                 results.append(rec)
                 continue
             got: dict[str, torch.Tensor] = {"o": o.detach()}
+            if ht is not None:
+                got["ht"] = ht.detach()
             if case.name != "long":
                 names = xg.grad_names()
+                outs, douts = ((o, ht), (do, dht)) if dht is not None else ((o,), (do,))
+                rename = {"dt_bias": "ddt_bias", "initial_state": "dh0"}
                 try:
                     grads = torch.autograd.grad(
-                        o, [getattr(xg, n) for n in names], do, allow_unused=True
+                        outs, [getattr(xg, n) for n in names], douts, allow_unused=True
                     )
                     for n, gr in zip(names, grads, strict=True):
                         if gr is not None:
-                            got[{"dt_bias": "ddt_bias"}.get(n, "d" + n)] = gr
+                            got[rename.get(n, "d" + n)] = gr
                 except Exception as exc:
                     notes.append(f"{case.name}:{path} {impl} bwd: {describe_exc(exc)}")
             for name in ACC_COLUMNS:
@@ -546,8 +559,10 @@ def format_speed_table(recs: Sequence[dict[str, Any]]) -> str:
 ACC_HEADER = ("case", "gate", "decay", "l2n", "path", "impl", *ACC_COLUMNS)
 
 
-def acc_cells(rec: dict[str, Any]) -> list[str]:
+def acc_cells(rec: dict[str, Any], worst_head: bool = False) -> list[str]:
     vals = rec.get("rel_l2", {})
+    if worst_head:
+        vals = {name: max(v) for name, v in rec.get("per_head", {}).items()}
     return [
         rec["case"],
         rec["gate"],
@@ -563,8 +578,8 @@ def format_acc_line(rec: dict[str, Any]) -> str:
     return " ".join(acc_cells(rec))
 
 
-def format_acc_table(recs: Sequence[dict[str, Any]]) -> str:
-    return format_table(ACC_HEADER, [acc_cells(r) for r in recs])
+def format_acc_table(recs: Sequence[dict[str, Any]], worst_head: bool = False) -> str:
+    return format_table(ACC_HEADER, [acc_cells(r, worst_head) for r in recs])
 
 
 def meta(args) -> dict[str, Any]:
@@ -645,6 +660,8 @@ def report(result: dict[str, Any], args) -> None:
         print(format_speed_table(result["speed"]))
     if result.get("accuracy"):
         print(format_acc_table(result["accuracy"]))
+        print("\nworst head:")
+        print(format_acc_table(result["accuracy"], worst_head=True))
     for note in result.get("notes", []):
         print(f"note: {note}")
     if args.json and not args.replot:
@@ -717,6 +734,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--acc-lengths", default="4096", help="sequence lengths packed with cu_seqlens"
     )
     acc.add_argument("--acc-heads", type=int, default=4)
+    acc.add_argument(
+        "--acc-initial-state",
+        action="store_true",
+        help="give an fp32 N(0,1) initial state: also compares ht and dh0 (with a random dht)",
+    )
     return p
 
 
