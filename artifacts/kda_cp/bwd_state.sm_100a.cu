@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:c29071c6030c70c99a13cff531907c95aefe9c90813212f7fab0d73be5439124
+// identity: sha256:d938014e2d1e9ed1099a920be45ecb94f0af12523d4a41c93e952d702496679d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

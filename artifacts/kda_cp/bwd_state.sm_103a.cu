@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:8f4fd05b8c344e0553648e1bfe7018b25ec4693310756939a0f8041608f011ea
+// identity: sha256:d8a456552d0077f38ebe7638bb7a65d67858b591590e070d992208aa1dae03fe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

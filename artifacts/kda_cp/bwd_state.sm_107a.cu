@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:47cb19614c407c8ca7d610489707e67e0632f9a4f0c5a50bbba937e36eb0f1d8
+// identity: sha256:3e627e4fcf2b835fe941c6655c63cab75638e924eaf6a9b832a7c4531c947335
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:aa80b03a66337057c73809f39acaa40bb7d807667b4664b9f8937b319cce769e
+// identity: sha256:0ce6a69c94ea5af7f995fff0818bd54188c3ea5e136a6b6dd803555a3bda6aee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:f88220fa1911da0e0a337d01717ded5b6b2f4aa478f583701cb7a89603cb37f6
+// identity: sha256:c209191b0b56b367f4cacccf96d7f43caa5eb45dc441d2490a06ade00aa65db8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:2e4a6ed6dc4e1ad136e8480d7754bdd76e0c2a4d2cd98b9c1f683a2618f32eba
+// identity: sha256:ea422754d48b435bfad1d648b28ca8e95cb2b77ae423df63915ccba61bdb0c1b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:49034678cb48ff2f62c55a13b3cbfec418f58ac51459eb43ca947a5fd4d881c8
+// identity: sha256:00aa347efa7d360e64f66f883881b4e42274030aa5f063205c8ea74411222ef0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:c3230f6af67172ef6f2b7f6d5d85d8daccfc1cdbfabfc09b8317ad17378d2d7e
+// identity: sha256:e4b47d9f8f36abdb3252fe0ec5f0c36ca422d7a7f1a30c2a4531efe50f81b806
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:def32364d10094a1949613774a3d8f73f5688489f8be73279c9b4d754e7419b1
+// identity: sha256:58942c8e3549efed8397afc0b32384a736a78965c36a7b4098375f725d6d7daf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

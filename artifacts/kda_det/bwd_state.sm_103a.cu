@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:dc750fa59a10b55372811b163226a635a7a2413b30d68f9848051e03f0996b26
+// identity: sha256:048a8ed990f8fa74244cfce9cc290f6fba18fd6f71cfc2328061124e64fe7d90
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

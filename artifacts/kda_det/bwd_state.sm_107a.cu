@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:23ef09b6282c538e09327635f4c6bf25182688f53feae87f693e38638480fbfe
+// identity: sha256:502666c41bd69ae7ebc912ace2cf94f5e22d2156141bd3d3a9704948cbd7cbbd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:51eef1f53af7db5f5c8de3e411f2022ed568967590df6482fd04174c45f56e78
+// identity: sha256:633a307637a506e76ee47168ffd46dc51a9f747f945431a6a574d5b817848918
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

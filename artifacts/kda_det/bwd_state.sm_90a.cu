@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:689ecc2879bde1f44a436b9bfdbdd05aec197f32c47217b1940bdd5292b743d7
+// identity: sha256:9bcfd229fd0ea7656a20be4e062e2a17891164c69ee3c6b458bbef4b31999366
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -112,10 +112,23 @@ __device__ __forceinline__ int cake_wg_idx(int row, int k) {
 // Descriptor of rows row0..row0+63 (row0 a multiple of 8) and k8 step s of a ROWS-row tile: panel
 // s / 4, +32 bytes per step inside the swizzled rows; SBO 1024 bytes (8 rows), LBO unused (1),
 // 128-byte swizzle (mode 1 in bits 62-63).
+// The descriptor is split in two words: the low word holds the start address / 16 (bits 0-13) and
+// LBO, the high word is the constant SBO and swizzle mode. cake_wg_desc_lo(addr) is the low word of
+// a tile starting at shared-memory byte address addr; cake_wg_desc_at adds a step's byte offset / 16
+// to it, which cannot carry out of the address field (shared-memory addresses are below 2^18), so
+// a loop's descriptors cost one add each from a low word computed once.
+constexpr unsigned int kWgDescHi = 64u | (1u << 30);
+__device__ __forceinline__ unsigned int cake_wg_desc_lo(unsigned int addr) {
+    return ((addr & 0x3FFFF) >> 4) | (1u << 16);
+}
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc_at(unsigned int lo, int row0, int s) {
+    const int bytes = (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
+    return ((unsigned long long)kWgDescHi << 32) | (lo + (unsigned int)(bytes >> 4));
+}
 template <int ROWS>
 __device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
-    const unsigned int addr = cake_smem_addr(tile) + (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+    return cake_wg_desc_at<ROWS>(cake_wg_desc_lo(cake_smem_addr(tile)), row0, s);
 }
 // ---- end cake/wgmma_layout.cuh ----
 
@@ -249,6 +262,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     float* Vt = St + 64 * 128;                   // -dVn^T [64 v][64 tok], TF32 (B)
     float* Gs = Vt + 64 * 64;                    // gl [128]
     unsigned short* Or = reinterpret_cast<unsigned short*>(Gs + 128);  // dO staging [64 tok][64 v] bf16
+    // wgmma descriptors' low words from one shared-memory address (cake_wg_desc_at: one add a step)
+    const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
+    auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ks) >> 2); };
 
     const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
     const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3;
@@ -263,12 +279,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // gathers (rows k0 + t, columns m0 + g, t = 0..3, g = 0..7) hit 32 distinct banks.
     auto ag = [](int M, int k, int m) { return k * M + ((((m >> 2) ^ ((k & 3) << 1))) << 2) + (m & 3); };
     // A fragment of k8 step s: rows m0 + 16 w + g (+ 8), reduction indices 8 s + t (+ 4).
+    // Rows 8 s + t (+ 4) keep k % 4 = t, so step s is step 0 plus 8 s rows: two swizzled offsets
+    // (columns m, m + 8) per tile, the rest immediates.
     auto afrag = [&](const float* tile, int M, int m0, int s, unsigned int (&a)[4]) {
-        const int m = m0 + 16 * w + g, k = 8 * s + t;
-        a[0] = __float_as_uint(tile[ag(M, k, m)]);
-        a[1] = __float_as_uint(tile[ag(M, k, m + 8)]);
-        a[2] = __float_as_uint(tile[ag(M, k + 4, m)]);
-        a[3] = __float_as_uint(tile[ag(M, k + 4, m + 8)]);
+        const int m = m0 + 16 * w + g;
+        const float* p = tile + 8 * s * M;
+        const int o0 = ag(M, t, m), o1 = ag(M, t, m + 8);
+        a[0] = __float_as_uint(p[o0]);
+        a[1] = __float_as_uint(p[o1]);
+        a[2] = __float_as_uint(p[o0 + 4 * M]);
+        a[3] = __float_as_uint(p[o1 + 4 * M]);
     };
 
     float S[32];
@@ -276,18 +296,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     for (int x = 0; x < 32; ++x)
         S[x] = has_dht ? dht[state_base + (long long)(kd0 + row_of(x)) * 128 + col_of(x)] : 0.f;
 
+    // The cp.async loops' addresses: piece i is this thread's piece 0 plus a constant (rows advance
+    // by 16, or 8 within a tile, which keeps row % 4 and so the swizzle): no per-piece arithmetic.
+    const int sK = ag(64, tid >> 4, 4 * (tid & 15)), gK = (tid >> 4) * 64 + 4 * (tid & 15);
+    const int sB = ag(128, tid >> 5, 4 * (tid & 31)), gB = (tid >> 5) * 128 + 4 * (tid & 31);
     auto issue_a = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int idx = tid + 256 * i, r = idx >> 4, cc = idx & 15;
-            cake_cp_async16(Ks + ag(64, r, 4 * cc), Kd + wsi * 8192 + r * 64 + cc * 4, 16);
-        }
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gK + 1024 * i, 16);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + 256 * i, r = idx >> 4, cc = idx & 15;
-            cake_cp_async16(As + ag(64, r, 4 * cc), Aqk + wsi * 4096 + r * 64 + cc * 4, 16);
-        }
+        for (int i = 0; i < 4; ++i) cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gK + 1024 * i, 16);
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -299,13 +317,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         }
     };
     auto issue_b = [&](int ci) {
-        const long long base = ((long long)ci * H + h) * 8192;
+        const long long base = ((long long)ci * H + h) * 8192 + gB;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            const int idx = tid + 256 * i;
-            const int which = idx >> 11, r = (idx >> 5) & 63, cc = idx & 31;
-            cake_cp_async16((which ? Ws : Qs) + ag(128, r, 4 * cc), (which ? W : Qg) + base + r * 128 + cc * 4, 16);
-        }
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + sB + 1024 * i, Qg + base + 1024 * i, 16);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
     };
     auto store_st = [&]() {
@@ -361,13 +377,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         for (int s = 0; s < 8; ++s) {
             unsigned int a[4];
             afrag(As, 64, 0, s, a);
-            cake_wgmma_n32_rs(acc, a, cake_wg_desc<64>(Ot, vw, s), s > 0);
+            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(Ot), vw, s), s > 0);
         }
 #pragma unroll 4
         for (int s = 0; s < 16; ++s) {
             unsigned int a[4];
             afrag(Ks, 64, 0, s, a);
-            cake_wgmma_n32_rs(acc, a, cake_wg_desc<64>(St, vw, s), 1);
+            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(St), vw, s), 1);
         }
         cake_wgmma_commit();
         cake_wgmma_wait<0>();
@@ -397,13 +413,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         for (int s = 0; s < 8; ++s) {
             unsigned int a[4];
             afrag(Qs, 128, kd0, s, a);
-            cake_wgmma_n64_rs(S, a, cake_wg_desc<64>(Ot, 0, s), 1);
+            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Ot), 0, s), 1);
         }
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             unsigned int a[4];
             afrag(Ws, 128, kd0, s, a);
-            cake_wgmma_n64_rs(S, a, cake_wg_desc<64>(Vt, 0, s), 1);
+            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
         }
         cake_wgmma_commit();
         cake_wgmma_wait<0>();

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:5ceb88cde232ade34d63520e718f259a3265cc08074a28c8af60a6ebc238b96f
+// identity: sha256:e224f3078c57a672685c2be1225f4b56f894d4e87ad084ad63c4fcadf3065f4d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:aa73b427af5f90a9c3ece62320feaba61bb5ac2505bb9d3eb7a297ec85f25ed1
+// identity: sha256:c0bb99708af7021e17c35cb26d8ebee10b1892cad9dfedcc6b6cf038bab4eba8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -112,10 +112,23 @@ __device__ __forceinline__ int cake_wg_idx(int row, int k) {
 // Descriptor of rows row0..row0+63 (row0 a multiple of 8) and k8 step s of a ROWS-row tile: panel
 // s / 4, +32 bytes per step inside the swizzled rows; SBO 1024 bytes (8 rows), LBO unused (1),
 // 128-byte swizzle (mode 1 in bits 62-63).
+// The descriptor is split in two words: the low word holds the start address / 16 (bits 0-13) and
+// LBO, the high word is the constant SBO and swizzle mode. cake_wg_desc_lo(addr) is the low word of
+// a tile starting at shared-memory byte address addr; cake_wg_desc_at adds a step's byte offset / 16
+// to it, which cannot carry out of the address field (shared-memory addresses are below 2^18), so
+// a loop's descriptors cost one add each from a low word computed once.
+constexpr unsigned int kWgDescHi = 64u | (1u << 30);
+__device__ __forceinline__ unsigned int cake_wg_desc_lo(unsigned int addr) {
+    return ((addr & 0x3FFFF) >> 4) | (1u << 16);
+}
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc_at(unsigned int lo, int row0, int s) {
+    const int bytes = (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
+    return ((unsigned long long)kWgDescHi << 32) | (lo + (unsigned int)(bytes >> 4));
+}
 template <int ROWS>
 __device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
-    const unsigned int addr = cake_smem_addr(tile) + (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
-    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+    return cake_wg_desc_at<ROWS>(cake_wg_desc_lo(cake_smem_addr(tile)), row0, s);
 }
 // ---- end cake/wgmma_layout.cuh ----
 
@@ -253,6 +266,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     float* Vt2 = Vt + 4096;                      // Vnew^T lo part
     float* Us = Vt2 + 4096;                      // U[:, vblock] [64 tok][64 v] (el64 layout)
     float* Gs = Us + 4096;                       // gl [128]
+    // wgmma descriptors' low words from one shared-memory address: a tile's is this plus its
+    // (compile-time) offset / 16, a step's one add more (cake_wg_desc_at)
+    const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
+    auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ws) >> 2); };
 
     const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
     // wg and split through a warp shuffle: ptxas then knows them warp-uniform, and a wgmma under a
@@ -290,13 +307,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             *reinterpret_cast<float2*>(dst + (long long)(kd0 + row_of(x)) * 128 + col_of(x)) = make_float2(S[x], S[x + 1]);
     };
 
+    // The cp.async loops' addresses: piece i of a loop is this thread's piece 0 plus a constant (its
+    // rows advance by 8 or 16, which keeps row % 8 and so every swizzle), so that no piece's address
+    // is recomputed (ncu: the per-piece swizzle arithmetic was a quarter of the instructions).
+    const int ra = tid >> 5, ca = 4 * (tid & 31);  // W, Qg: rows ra + 8 i, columns ca..ca+3
+    const int rk = tid >> 4, ck = 4 * (tid & 15);  // Kd^T, Aqk, U: rows rk + 16 i, columns ck..
+    const int sA = cake_wg_idx<64>(ra, ca), gA = ra * 128 + ca;
+    const int sK = cake_wg_idx<128>(rk, ck), sQ = cake_wg_idx<64>(rk, ck), gK = rk * 64 + ck;
+    const int sU = at64(rk, tid & 15), gU = rk * 128 + vb * 64 + ck;
     auto issue_a = [&](int ci) {
-        const long long base = ((long long)ci * H + h) * 8192;
+        const long long base = ((long long)ci * H + h) * 8192 + gA;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const int idx = tid + 256 * i, r = idx >> 5, c4 = idx & 31;
-            cake_cp_async16(Ws + cake_wg_idx<64>(r, 4 * c4), W + base + r * 128 + 4 * c4, 16);
-            if (!kLocal) cake_cp_async16(Qs + cake_wg_idx<64>(r, 4 * c4), Qg + base + r * 128 + 4 * c4, 16);
+            cake_cp_async16(Ws + sA + 256 * i, W + base + 1024 * i, 16);
+            if (!kLocal) cake_cp_async16(Qs + sA + 256 * i, Qg + base + 1024 * i, 16);
         }
     };
     // Phase 3's operands (Kd^T, Aqk) of a chunk, into buffer b: 0 = (Ks, As); 1 = (St2, Vt2),
@@ -306,26 +330,20 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         float* kb = b ? St2 : Ks;
         float* ab = b ? Vt2 : As;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
-            cake_cp_async16(kb + cake_wg_idx<128>(r, 4 * c4), Kd + wsi * 8192 + r * 64 + 4 * c4, 16);
-        }
+        for (int i = 0; i < 8; ++i)
+            cake_cp_async16(kb + sK + 512 * i, Kd + wsi * 8192 + gK + 1024 * i, 16);
         if (!kLocal)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
-                cake_cp_async16(ab + cake_wg_idx<64>(r, 4 * c4), Aqk + wsi * 4096 + r * 64 + 4 * c4, 16);
-            }
+            for (int i = 0; i < 4; ++i)
+                cake_cp_async16(ab + sQ + 512 * i, Aqk + wsi * 4096 + gK + 1024 * i, 16);
     };
     // Phase 2's U columns and phase 3's gl (read into registers in phase 2).
     auto issue_u = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
         if (!kLocal || U != nullptr)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int idx = tid + 256 * i, r = idx >> 4, c4 = idx & 15;
-                cake_cp_async16(Us + at64(r, c4), U + wsi * 8192 + r * 128 + vb * 64 + 4 * c4, 16);
-            }
+            for (int i = 0; i < 4; ++i)
+                cake_cp_async16(Us + sU + 1024 * i, U + wsi * 8192 + gU + 2048 * i, 16);
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + wsi * 128 + 4 * tid, 16);
     };
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
@@ -376,15 +394,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         for (int x = 0; x < 32; ++x) acc[x] = 0.f;  // (the first step overwrites: scale-d = 0)
         const bool run1 = wg == 0 || !kLocal;
         if (run1) {
-            const float* Asrc = wg == 0 ? Ws : Qs;
+            const unsigned int dA = wg == 0 ? dlo(Ws) : dlo(Qs);
             cake_wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 16; ++s)
-                cake_wgmma_n64(acc, cake_wg_desc<64>(Asrc, 0, s), cake_wg_desc<64>(St, 0, s), s > 0);
+                cake_wgmma_n64(acc, cake_wg_desc_at<64>(dA, 0, s), cake_wg_desc_at<64>(dlo(St), 0, s), s > 0);
             if (split && wg == 0)  // W S feeds the chain: S's lo part too (O takes hi only)
 #pragma unroll
                 for (int s = 0; s < 16; ++s)
-                    cake_wgmma_n64(acc, cake_wg_desc<64>(Ws, 0, s), cake_wg_desc<64>(St2, 0, s), 1);
+                    cake_wgmma_n64(acc, cake_wg_desc_at<64>(dlo(Ws), 0, s), cake_wg_desc_at<64>(dlo(St2), 0, s), 1);
             cake_wgmma_commit();
         }
         if (run1) cake_wgmma_wait<0>();
@@ -422,17 +440,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 8; ++s)
-                cake_wgmma_n64(acc, cake_wg_desc<64>(Ac, 0, s), cake_wg_desc<64>(Vt, 0, s), 1);
+                cake_wgmma_n64(acc, cake_wg_desc_at<64>(dlo(Ac), 0, s), cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
             cake_wgmma_commit();
         }
         cake_wgmma_fence();
+        const unsigned int dK = dlo(Kc) + 8 * kd0;  // rows kd0.. of Kd^T (128 bytes a row)
 #pragma unroll
         for (int s = 0; s < 8; ++s)
-            cake_wgmma_n64(S, cake_wg_desc<128>(Kc, kd0, s), cake_wg_desc<64>(Vt, 0, s), 1);
+            cake_wgmma_n64(S, cake_wg_desc_at<128>(dK, 0, s), cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
         if (split)
 #pragma unroll
             for (int s = 0; s < 8; ++s)
-                cake_wgmma_n64(S, cake_wg_desc<128>(Kc, kd0, s), cake_wg_desc<64>(Vt2, 0, s), 1);
+                cake_wgmma_n64(S, cake_wg_desc_at<128>(dK, 0, s), cake_wg_desc_at<64>(dlo(Vt2), 0, s), 1);
         cake_wgmma_commit();
         cake_wgmma_wait<0>();  // (o after the S update too: reading acc while S's group runs serializes)
         if (wg == 1 && !kLocal) {

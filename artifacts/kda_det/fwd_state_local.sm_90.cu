@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:62b103770b2cd75b041f7c1e81ff31db7aaf282eee03a210a994a79c2f2ef073
+// identity: sha256:1aa25183bc82d1aec179c1cb7f82f75d08832a3da3e29fbc1c6300ea5e3e17ce
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
