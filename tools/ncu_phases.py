@@ -10,6 +10,8 @@ line table does not change code generation; the script checks the instruction co
 
 With --ops, each section's executed instructions are also split by kind (integer and address
 arithmetic, tensor-core, shared-memory loads / stores, TF32 conversions, float, global, control).
+With --lines N, the N source lines (outermost call site) that executed the most instructions,
+with their share of the samples and their integer share: where a section's instructions come from.
 
 The hot column counts the section's static SASS instructions that ran at all (16 bytes each): the
 instruction-cache footprint.
@@ -147,6 +149,9 @@ def main() -> None:
     p.add_argument(
         "--ops", action="store_true", help="also split each section's instructions by kind"
     )
+    p.add_argument(
+        "--lines", type=int, default=0, metavar="N", help="also the N busiest source lines"
+    )
     a = p.parse_args()
     opener = gzip.open if a.csv.endswith(".gz") else open
     with opener(a.csv, "rt") as f:
@@ -170,7 +175,12 @@ def main() -> None:
         return float(v.replace(",", "")) if v not in ("", "-") else 0.0
 
     agg: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    per_line: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r, line in zip(data, lines, strict=True):
+        pl = per_line[line]
+        pl["samples"] += num(r, "Warp Stall Sampling (All Samples)")
+        pl["insts"] += num(r, "Instructions Executed")
+        pl["int"] += num(r, "Instructions Executed") * (kind(r[cols["Source"]].strip()) == "int")
         s = agg[section_of(line)]
         s["samples"] += num(r, "Warp Stall Sampling (All Samples)")
         s["insts"] += num(r, "Instructions Executed")
@@ -210,6 +220,17 @@ def main() -> None:
             f"{100 * sum(s['kind:' + k] for s in agg.values()) / tot['insts']:6.1f}" for k in names
         )
         print(f"{'whole kernel':42s} {100.0:6.1f}  {whole}")
+    if a.lines:
+        text = a.artifact.read_text().splitlines()
+        print(f"\n{'line':>5s} {'time%':>6s} {'inst%':>6s} {'int%':>5s}  source (busiest lines)")
+        busiest = sorted(per_line.items(), key=lambda kv: -kv[1]["insts"])[: a.lines]
+        for line, pl in busiest:
+            src = text[line - 1].strip()[:90] if 0 < line <= len(text) else ""
+            print(
+                f"{line:5d} {100 * pl['samples'] / tot['samples']:6.1f} "
+                f"{100 * pl['insts'] / tot['insts']:6.1f} "
+                f"{100 * pl['int'] / max(1.0, pl['insts']):5.0f}  {src}"
+            )
     hot = int(sum(s["hot"] for s in agg.values()))
     print(f"hot code: {hot} of {len(data)} SASS instructions ran, {16 * hot // 1024} KiB")
     allst = {st: sum(s[st] for s in agg.values()) for st in STALLS}
