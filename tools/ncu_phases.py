@@ -177,16 +177,19 @@ def main() -> None:
     agg: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     per_line: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r, line in zip(data, lines, strict=True):
+        samples = num(r, "Warp Stall Sampling (All Samples)")
+        insts = num(r, "Instructions Executed")
+        op_kind = kind(r[cols["Source"]].strip())
         pl = per_line[line]
-        pl["samples"] += num(r, "Warp Stall Sampling (All Samples)")
-        pl["insts"] += num(r, "Instructions Executed")
-        pl["int"] += num(r, "Instructions Executed") * (kind(r[cols["Source"]].strip()) == "int")
+        pl["samples"] += samples
+        pl["insts"] += insts
+        pl["int"] += insts * (op_kind == "int")
         s = agg[section_of(line)]
-        s["samples"] += num(r, "Warp Stall Sampling (All Samples)")
-        s["insts"] += num(r, "Instructions Executed")
+        s["samples"] += samples
+        s["insts"] += insts
         s["wavefronts"] += num(r, "L1 Wavefronts Shared")
-        s["hot"] += num(r, "Instructions Executed") > 0  # static instructions that ran at all
-        s["kind:" + kind(r[cols["Source"]].strip())] += num(r, "Instructions Executed")
+        s["hot"] += insts > 0  # static instructions that ran at all
+        s["kind:" + op_kind] += insts
         for st in STALLS:
             s[st] += num(r, f"stall_{st}")
     tot = {k: sum(s[k] for s in agg.values()) for k in ("samples", "insts", "wavefronts")}
