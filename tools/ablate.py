@@ -11,7 +11,8 @@ are never used for anything but their time.
 
 An ablation is a list of (old, new) text replacements on the rendered program; every `old` must
 occur in it (the build fails otherwise, so an ablation cannot silently stop ablating). `NOOP:`
-entries are macro definitions placed before the kernel: a call of that helper then does nothing.
+entries are macro definitions placed after the inlined headers: a call of that helper then does
+nothing.
 """
 
 from __future__ import annotations
@@ -27,10 +28,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-KERNEL_START = 'extern "C" __global__'
+HEADERS_END = "// ---- end cake/"
 NO_LOAD = [
     ("NOOP:", "#define cake_cp_async16(d, s, n) ((void)0)"),
     ("NOOP:", "#define cake_prefetch_l2(p) ((void)0)"),
+]
+
+# fwd_state's serial chain alone: no loads, no state or o stores
+CHAIN = NO_LOAD + [
+    ("if (states_out != nullptr) store_global(", "if (false) store_global("),
+    (
+        "if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
+        "if (false) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
+    ),
 ]
 
 # per program (package-independent name), ablation name -> replacements
@@ -45,13 +55,17 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             )
         ],
         "nowgmma": [("NOOP:", "#define cake_wgmma_n64(...) ((void)0)")],
-        "chain": NO_LOAD
+        "chain": CHAIN,
+        # the chain without one of its parts (what each costs of the serial path per chunk)
+        "chain-nobar": CHAIN + [("__syncthreads();", ";")],
+        "chain-nowgmma": CHAIN + [("NOOP:", "#define cake_wgmma_n64(...) ((void)0)")],
+        "chain-nostst": CHAIN + [("store_st();", ";")],
+        "chain-novnew": CHAIN
         + [
-            ("if (states_out != nullptr) store_global(", "if (false) store_global("),
             (
-                "if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
-                "if (false) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
-            ),
+                "split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok)",
+                "if (0) split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok)",
+            )
         ],
     },
     "fwd_chunk.gate-g.l2n-off.sm_90a": {
@@ -84,15 +98,11 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("if (warp < 6) {", "if (false) {"),
             ("if (warp < 4 && ((fastmask >> warp) & 1u)) qk_tile", "if (false) qk_tile"),
         ],
-        "noqgkd": [
-            (
-                "for (int jb = warp - 4; jb < 16; jb += 4)",
-                "for (int jb = warp - 4; jb < 0; jb += 4)",
-            )
-        ],
-        "noinv": [("for (int i = 0; i < 16; ++i) {", "for (int i = 0; i < 0; ++i) {")],
-        "nodist": [
-            ("for (int dist = 1; dist < 4; ++dist)", "for (int dist = 1; dist < 1; ++dist)")
+        "noqg": [("idx < 64 * 32; idx += 128", "idx < 0; idx += 128")],
+        "nokd": [("task < 64; task += 6", "task < 0; task += 6")],
+        "not2": [  # the T solve's second level (the 32 x 32 lower-left block)
+            ("s4 = 4 * (c2 >> 2); s4 < 8; ++s4", "s4 = 4 * (c2 >> 2); s4 < 0; ++s4"),
+            ("q4 < q4end; ++q4", "q4 < 0; ++q4"),
         ],
         "nowu": [("for (int kp = 0; kp < 4; ++kp) {", "for (int kp = 0; kp < 0; ++kp) {")],
     },
@@ -158,8 +168,8 @@ def apply(source: str, patches: list[tuple[str, str]]) -> str:
         if old not in source:
             raise SystemExit(f"ablation text not found: {old!r}")
         source = source.replace(old, new)
-    if defines:
-        at = source.index(KERNEL_START)
+    if defines:  # after the last inlined header, so that the program's own helpers see them too
+        at = source.index("\n", source.rindex(HEADERS_END)) + 1
         source = source[:at] + "\n".join(defines) + "\n" + source[at:]
     return source
 

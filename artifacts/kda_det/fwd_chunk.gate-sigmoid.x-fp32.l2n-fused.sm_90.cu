@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:09b48aa3d917478711886d6bfcc2f631e4f7c09785042a305b46ce002e78d398
+// identity: sha256:25a3c10983788f852f46c1c2ed54ca0cd78736e5217c3f8242ddca0bd18016c9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -505,52 +505,27 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     }
     if (warp < 4 && ((fastmask >> warp) & 1u)) qk_tile(warp, warp);
     if (warp >= 4) {
-        // Qg = scale * q * exp(G) and Kd = k exp(G_{L-1} - G), transposed, from the same Gamma
-        // reads: a thread owns dims 4 c4..4 c4+3 (c4 = its lane) of rows 4 jb..4 jb+3; a warp
-        // instruction reads one row's 32 units (conflict-free) and stores one row of Qg (512
-        // coalesced bytes) or, for Kd, four consecutive tokens of 32 dims (16 bytes each). These
-        // warps have one qk tile or none; warps 0-3, two each, set the section's length (ablation,
-        // session 9: the Kd loop that ran later, beside the inverses, was 11 % of the kernel).
+        // Qg = scale * q * exp(G): one row per warp instruction, 16-byte coalesced stores.
         float* out = Qg + ws * 8192;
-        float* kout = Kd + ws * 8192;
-        const int c4 = lane;
-        const float4 ge = ld4_f32(gs, at_gam(L - 1, c4));
-        const float gend[4] = {ge.x, ge.y, ge.z, ge.w};
-#pragma unroll 1
-        for (int jb = warp - 4; jb < 16; jb += 4) {
-            float kd[4][4];  // [dim e][row rr]
-#pragma unroll
-            for (int rr = 0; rr < 4; ++rr) {
-                const int r = 4 * jb + rr;
-                float x[4], kx[4];
-                ld4_bf16(qs, r, c4, x);
-                ld4_bf16(ks, r, c4, kx);
-                const float4 gg = ld4_f32(gs, at_gam(r, c4));
-                const float gv[4] = {gg.x, gg.y, gg.z, gg.w};
-                const float m = kL2Norm ? scale * rq[r] : scale;
-                float4 y;
-                y.x = rtf32(m * x[0] * cake_ex2(gg.x));
-                y.y = rtf32(m * x[1] * cake_ex2(gg.y));
-                y.z = rtf32(m * x[2] * cake_ex2(gg.z));
-                y.w = rtf32(m * x[3] * cake_ex2(gg.w));
-                *reinterpret_cast<float4*>(out + r * 128 + 4 * c4) = y;
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float kv = kx[e] * (kL2Norm ? rk[r] : 1.f);
-                    kd[e][rr] = rtf32(kv * cake_ex2(gend[e] - gv[e]));
-                }
-            }
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                *reinterpret_cast<float4*>(kout + (4 * c4 + e) * 64 + 4 * jb) =
-                    make_float4(kd[e][0], kd[e][1], kd[e][2], kd[e][3]);
+        for (int idx = tid - 128; idx < 64 * 32; idx += 128) {
+            const int r = idx >> 5, c4 = idx & 31;
+            float x[4];
+            ld4_bf16(qs, r, c4, x);
+            const float4 gg = ld4_f32(gs, at_gam(r, c4));
+            const float m = kL2Norm ? scale * rq[r] : scale;
+            float4 y;
+            y.x = rtf32(m * x[0] * cake_ex2(gg.x));
+            y.y = rtf32(m * x[1] * cake_ex2(gg.y));
+            y.z = rtf32(m * x[2] * cake_ex2(gg.z));
+            y.w = rtf32(m * x[3] * cake_ex2(gg.w));
+            *reinterpret_cast<float4*>(out + r * 128 + 4 * c4) = y;
         }
     }
     __syncthreads();
 
     // ---- warps 0-1: inverses of the four diagonal blocks of (I + M), one column per thread,
     // by forward substitution (x_k = 0 above the column's diagonal, so the sums run uniformly
-    // from 0 and add exact zeros). Warps 2-7: write out Aqk, Akk and gl meanwhile.
+    // from 0 and add exact zeros). Warps 2-7: write out Aqk, Kd and gl meanwhile.
     float tcol[16];
     if (warp < 2) {
         const int b = tid >> 4, cc = tid & 15;
@@ -587,6 +562,20 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.z = 4 * c4 + 2 <= r ? rtf32(a.z) : 0.f;
             y.w = 4 * c4 + 3 <= r ? rtf32(a.w) : 0.f;
             *reinterpret_cast<float4*>(aout + r * 64 + 4 * c4) = y;
+        }
+        // Kd transposed: a warp writes two whole 256-byte rows (dims) of it per store.
+        float* kout = Kd + ws * 8192;
+        for (int task = warp - 2; task < 64; task += 6) {
+            const int d = 2 * task + (lane >> 4), r0 = 4 * (lane & 15);
+            const float gend = gs[at_gam(L - 1, d >> 2) + (d & 3)];
+            float y[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = r0 + e;
+                const float kv = ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
+                y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
+            }
+            *reinterpret_cast<float4*>(kout + d * 64 + r0) = make_float4(y[0], y[1], y[2], y[3]);
         }
         if (tid >= 128) {
             const int d = tid - 128;
