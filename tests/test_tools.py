@@ -99,3 +99,23 @@ def test_bench_accuracy_compares_every_output_and_gradient_with_an_initial_state
         assert min(fla["rel_l2"][n] for n in names - {"o", "ht"}) > 1e-4
     table = bench.format_acc_table(list(recs.values()), worst_head=True)
     assert "1.0e-02" in table
+
+
+def test_every_ablation_applies_to_the_shipped_programs():
+    """tools/ablate.py's text patches must each find their text in today's rendered programs (a
+    template change that moves it must update the ablation, or the ablation stops ablating)."""
+    import pytest
+
+    from ablate import ABLATIONS, HEADERS_END, apply
+
+    root = Path(__file__).resolve().parent.parent
+    for name, ablations in ABLATIONS.items():
+        src = (root / "artifacts" / "kda_det" / f"{name}.cu").read_text()
+        for ab, patches in ablations.items():
+            out = apply(src, patches)
+            assert out != src, f"{name} {ab} changed nothing"
+            for old, new in patches:
+                if old == "NOOP:":
+                    assert out.index(new) > out.rindex(HEADERS_END), f"{name} {ab}: {new}"
+    with pytest.raises(SystemExit, match="ablation text not found"):
+        apply("int main() {}", [("no such text", "")])

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:f01c6ab099582b3ba85731337b6e423937601fc40bfd0ba10d5aaf8f362eac54
+// identity: sha256:97e0aa36531f9e3fe760010774be4ab53e3f8430f8c4d140dbd141b341c0c48b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -603,18 +603,22 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     }
     __syncthreads();
 
-    // ---- off-diagonal blocks of T, by distance from the diagonal (block rows a = b + dist):
-    // X = M[a, b..a-1] T[b..a-1, b], then T[a, b] = -T[a, a] X. X lives in M's unused block (b, a).
-    // Each thread owns one row and four columns of one block.
-#pragma unroll 1
-    for (int dist = 1; dist < 4; ++dist) {
-        const int nblk = 4 - dist;
-        const bool active = tid < 64 * nblk;
-        const int b = tid >> 6, rr = (tid >> 2) & 15, cg = tid & 3;
-        const int a = b + dist;
-        if (active) {
+    // ---- off-diagonal blocks of T in two levels ([[A, 0], [C, D]]^-1 has the lower-left block
+    // -D^-1 C A^-1): (1) the 16 x 16 blocks (1,0) and (3,2): X = M_ab T_bb, T_ab = -T_aa X;
+    // (2) the lower-left 32 x 32 block: X = M[32:64, 0:32] T[0:32, 0:32], then
+    // T[32:64, 0:32] = -T[32:64, 32:64] X. With M = diag(beta) Akk, X = diag(beta) (Akk T), as
+    // kda_bwd_chunk forms it. Four barriers and dependent chains of 16 + 16 + 32 + 32 products,
+    // where the blocks' distance order took six barriers and 144 (ablation, session 9: that
+    // loop was 13 % of the kernel). X lives in M's unused upper blocks: (0,1) and (2,3) for
+    // level 1, rows 0-31 x columns 32-63 for level 2.
+    {
+        const bool lv1 = tid < 128;
+        const int p = (tid >> 6) & 1, rr = (tid >> 2) & 15, cg = tid & 3;
+        const int a = 2 * p + 1, b = 2 * p;
+        if (lv1) {
             const int row = 16 * a + rr;
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
             for (int s4 = 4 * b; s4 < 4 * a; ++s4) {
                 const float4 m4 = ld4_f32(Ms, at_sq(row, s4));
                 const float mv[4] = {m4.x, m4.y, m4.z, m4.w};
@@ -627,12 +631,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                     x.w = fmaf(mv[e], tv.w, x.w);
                 }
             }
-            const float br = bs[row];  // X = M T = diag(beta) (Akk T), as kda_bwd_chunk forms it
+            const float br = bs[row];
             *reinterpret_cast<float4*>(Ms + at_sq(16 * b + rr, 4 * a + cg)) =
                 make_float4(br * x.x, br * x.y, br * x.z, br * x.w);
         }
         __syncthreads();
-        if (active) {
+        if (lv1) {
             const int row = 16 * a + rr;
             float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
@@ -649,6 +653,49 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 }
             }
             *reinterpret_cast<float4*>(As + at_sq(row, 4 * b + cg)) = make_float4(-y.x, -y.y, -y.z, -y.w);
+        }
+        __syncthreads();
+        // level 2: thread (r2, c2) owns row 32 + r2 and columns 4 c2..4 c2+3 of the block. T[s][c]
+        // is zero for s < 16 <= c (its upper blocks hold scratch, so the sums skip them): columns
+        // of block 1 start at row block 1; rows of block 2 stop at column block 2.
+        const int r2 = tid >> 3, c2 = tid & 7;
+        const int row2 = 32 + r2;
+        {
+            float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+            for (int s4 = 4 * (c2 >> 2); s4 < 8; ++s4) {
+                const float4 m4 = ld4_f32(Ms, at_sq(row2, s4));
+                const float mv[4] = {m4.x, m4.y, m4.z, m4.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float4 tv = ld4_f32(As, at_sq(4 * s4 + e, c2));
+                    x.x = fmaf(mv[e], tv.x, x.x);
+                    x.y = fmaf(mv[e], tv.y, x.y);
+                    x.z = fmaf(mv[e], tv.z, x.z);
+                    x.w = fmaf(mv[e], tv.w, x.w);
+                }
+            }
+            const float br = bs[row2];
+            *reinterpret_cast<float4*>(Ms + at_sq(r2, 8 + c2)) = make_float4(br * x.x, br * x.y, br * x.z, br * x.w);
+        }
+        __syncthreads();
+        {
+            float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
+            const int q4end = 4 * ((r2 >> 4) + 1);  // warp-uniform: a warp's rows r2 share r2 >> 4
+#pragma unroll 1
+            for (int q4 = 0; q4 < q4end; ++q4) {
+                const float4 t4 = ld4_f32(As, at_sq(row2, 8 + q4));
+                const float tv[4] = {t4.x, t4.y, t4.z, t4.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float4 xv = ld4_f32(Ms, at_sq(4 * q4 + e, 8 + c2));
+                    y.x = fmaf(tv[e], xv.x, y.x);
+                    y.y = fmaf(tv[e], xv.y, y.y);
+                    y.z = fmaf(tv[e], xv.z, y.z);
+                    y.w = fmaf(tv[e], xv.w, y.w);
+                }
+            }
+            *reinterpret_cast<float4*>(As + at_sq(row2, c2)) = make_float4(-y.x, -y.y, -y.z, -y.w);
         }
         __syncthreads();
     }

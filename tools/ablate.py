@@ -1,0 +1,339 @@
+"""Ablation timing: what a kernel's time would be without one of its parts (its loads, its stores,
+its tensor-core products), measured by re-launching the kernel of a real fwd+bwd with the same
+arguments, once as shipped and once per ablated build. Tells which resource bounds a kernel before
+an optimisation is predicted (docs/notes.md, session 9). The ablated programs compute garbage; they
+are never used for anything but their time.
+
+  # here (NVRTC): render nothing, patch the shipped sources, compile the ablated cubins
+  python tools/ablate.py build --out .ablate
+  # on the GPU: capture one fwd+bwd's launches, time each target kernel and its ablations
+  python tools/ablate.py time --dir .ablate --row 1doc --variant g:off:saved
+
+An ablation is a list of (old, new) text replacements on the rendered program; every `old` must
+occur in it (the build fails otherwise, so an ablation cannot silently stop ablating). `NOOP:`
+entries are macro definitions placed after the inlined headers: a call of that helper then does
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+HEADERS_END = "// ---- end cake/"
+NO_LOAD = [
+    ("NOOP:", "#define cake_cp_async16(d, s, n) ((void)0)"),
+    ("NOOP:", "#define cake_prefetch_l2(p) ((void)0)"),
+]
+
+# fwd_state's serial chain alone: no loads, no state or o stores
+CHAIN = NO_LOAD + [
+    ("if (states_out != nullptr) store_global(", "if (false) store_global("),
+    (
+        "if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
+        "if (false) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
+    ),
+]
+
+# per program (package-independent name), ablation name -> replacements
+ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
+    "fwd_state.sm_90a": {
+        "noload": NO_LOAD,
+        "nostates": [("if (states_out != nullptr) store_global(", "if (false) store_global(")],
+        "noo": [
+            (
+                "if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
+                "if (false) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
+            )
+        ],
+        "nowgmma": [("NOOP:", "#define cake_wgmma_n64(...) ((void)0)")],
+        "chain": CHAIN,
+        # the chain without one of its parts (what each costs of the serial path per chunk)
+        "chain-nobar": CHAIN + [("__syncthreads();", ";")],
+        "chain-nowgmma": CHAIN + [("NOOP:", "#define cake_wgmma_n64(...) ((void)0)")],
+        "chain-nostst": CHAIN + [("store_st();", ";")],
+        "chain-novnew": CHAIN
+        + [
+            (
+                "split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok)",
+                "if (0) split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok)",
+            )
+        ],
+    },
+    "fwd_chunk.gate-g.l2n-off.sm_90a": {
+        # every block reads its head's first chunk (L2 hits); G_out still goes to its own rows
+        "noload": [
+            (
+                "const long long in_base = (long long)t0 * tok_stride + (long long)h * 128;",
+                "const long long in_base = (long long)h * 128;\n"
+                "    const long long out_base = (long long)t0 * tok_stride + (long long)h * 128;",
+            ),
+            ("G_out + in_base + d", "G_out + out_base + d"),
+            ("beta[(long long)(t0 + tid) * H + h]", "beta[(long long)tid * H + h]"),
+        ],
+        # every block writes the first chunk's tiles (L2 hits, no DRAM writes)
+        "nostores": [
+            ("float* out = Qg + ws * 8192;", "float* out = Qg;"),
+            ("float* aout = Aqk + ws * 4096;", "float* aout = Aqk;"),
+            ("float* kout = Kd + ws * 8192;", "float* kout = Kd;"),
+            ("float* kk = Akk_out + ws * 4096;", "float* kk = Akk_out;"),
+            ("float* out = (isW ? W : U) + ws * 8192;", "float* out = (isW ? W : U);"),
+            ("float* tt = T_out + ws * 4096;", "float* tt = T_out;"),
+            ("G_out + in_base + d", "G_out + (long long)h * 128 + d"),
+        ],
+        "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
+        # one phase each: its share of the block's serial path
+        "nocumsum": [
+            ("for (int r0 = 0; r0 < 64; r0 += 16) {", "for (int r0 = 0; r0 < 0; r0 += 16) {")
+        ],
+        "noqk": [
+            ("if (warp < 6) {", "if (false) {"),
+            ("if (warp < 4 && ((fastmask >> warp) & 1u)) qk_tile", "if (false) qk_tile"),
+        ],
+        "noqg": [("idx < 64 * 32; idx += 128", "idx < 0; idx += 128")],
+        "nokd": [("task < 64; task += 6", "task < 0; task += 6")],
+        "not2": [  # the T solve's second level (the 32 x 32 lower-left block)
+            ("s4 = 4 * (c2 >> 2); s4 < 8; ++s4", "s4 = 4 * (c2 >> 2); s4 < 0; ++s4"),
+            ("q4 < q4end; ++q4", "q4 < 0; ++q4"),
+        ],
+        "nowu": [("for (int kp = 0; kp < 4; ++kp) {", "for (int kp = 0; kp < 0; ++kp) {")],
+    },
+    "bwd_state.sm_90a": {
+        "noload": NO_LOAD,
+        "nostates": [("if (dS_end != nullptr) store_global(", "if (false) store_global(")],
+    },
+    "bwd_chunk.gate-g.l2n-off.sm_90a": {
+        "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
+        # the mma k-loops of one phase each (the per-element work around them stays)
+        "no3a": [
+            (
+                "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 4; ++k2) {",
+                "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 0; ++k2) {",
+            )
+        ],
+        "no3b": [
+            (
+                "for (int kp = 0; kp < 8; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
+                "for (int kp = 0; kp < 0; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
+            )
+        ],
+        "no4": [
+            (
+                "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 4;",
+                "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 0;",
+            )
+        ],
+        "no5": [
+            (
+                "for (int kp = 0; kp < 4; ++kp) {\n                const float4 alo = ldf4(Vn",
+                "for (int kp = 0; kp < 0; ++kp) {\n                const float4 alo = ldf4(Vn",
+            )
+        ],
+        # phase 6's three parts, whole
+        "no6a": [
+            (
+                "if (rb > 0) {\n            const int r = 16 * rb;",
+                "if (false) {\n            const int r = 16 * rb;",
+            )
+        ],
+        "no6b": [
+            (
+                "if (rb < 3) {\n            const int er = 16 * rb + 15;",
+                "if (false) {\n            const int er = 16 * rb + 15;",
+            )
+        ],
+        "no6c": [
+            (
+                "j0, i1));\n            }\n#pragma unroll 1\n            for (int nh = 0; nh < 2; ++nh) {",
+                "j0, i1));\n            }\n#pragma unroll 1\n            for (int nh = 0; nh < 0; ++nh) {",
+            )
+        ],
+    },
+}
+
+
+def apply(source: str, patches: list[tuple[str, str]]) -> str:
+    defines = [new for old, new in patches if old == "NOOP:"]
+    for old, new in patches:
+        if old == "NOOP:":
+            continue
+        if old not in source:
+            raise SystemExit(f"ablation text not found: {old!r}")
+        source = source.replace(old, new)
+    if defines:  # after the last inlined header, so that the program's own helpers see them too
+        at = source.index("\n", source.rindex(HEADERS_END)) + 1
+        source = source[:at] + "\n".join(defines) + "\n" + source[at:]
+    return source
+
+
+def build(out: Path, only: list[str] | None) -> None:
+    from cake.compile import compile_source
+    from cake.spec import Arch
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, ablations in ABLATIONS.items():
+        # "same": the shipped source compiled here, the harness's control
+        ablations = {"same": [], **ablations}
+        src = (ROOT / "artifacts" / "kda_det" / f"{name}.cu").read_text()
+        for ab, patches in ablations.items():
+            if only and f"{name}:{ab}" not in only and name not in only:
+                continue
+            compiled = compile_source(apply(src, patches), Arch("sm_90a"), f"{name}.{ab}")
+            (out / f"{name}.{ab}.cubin").write_bytes(compiled.cubin)
+            res = {k: vars(r) for k, r in compiled.resources.items()}
+            print(f"{name} {ab}: {json.dumps(res)}", flush=True)
+
+
+def build_trees(out: Path, trees: list[str], programs: list[str]) -> None:
+    """Variants that are other versions of a program: NAME=DIR compiles DIR's rendered program
+    (a worktree of another branch or commit) as variant `tree-NAME`."""
+    from cake.compile import compile_source
+    from cake.spec import Arch
+
+    out.mkdir(parents=True, exist_ok=True)
+    for spec in trees:
+        tag, _, where = spec.partition("=")
+        for name in programs:
+            src = (Path(where) / "artifacts" / "kda_det" / f"{name}.cu").read_text()
+            compiled = compile_source(src, Arch("sm_90a"), f"{name}.tree-{tag}")
+            (out / f"{name}.tree-{tag}.cubin").write_bytes(compiled.cubin)
+            res = {k: vars(r) for k, r in compiled.resources.items()}
+            print(f"{name} tree-{tag}: {json.dumps(res)}", flush=True)
+
+
+def capture(step: Any) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...]]]:
+    """Every launch of one step: (Function, grid, args), the tensors kept alive."""
+    import torch
+
+    import cake.launch as launch
+
+    calls: list[tuple[Any, tuple[int, ...], tuple[Any, ...]]] = []
+    original = launch.Function.__call__
+
+    def recording(self: Any, grid: tuple[int, ...], *args: Any, stream: int | None = None) -> None:
+        calls.append((self, grid, args))
+        original(self, grid, *args, stream=stream)
+
+    launch.Function.__call__ = recording  # type: ignore[method-assign]
+    try:
+        step()
+        torch.cuda.synchronize()
+    finally:
+        launch.Function.__call__ = original  # type: ignore[method-assign]
+    return calls
+
+
+def time_calls(fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], reps: int) -> float:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn(grid, *args)
+    start.record()
+    for _ in range(reps):
+        fn(grid, *args)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000 / reps
+
+
+def same_bits(fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], ref: list[Any]) -> str:
+    """Run fn once and compare every tensor argument with ref (the shipped kernel's state after
+    its run): the kernel's outputs, bit for bit."""
+    import torch
+
+    fn(grid, *args)
+    torch.cuda.synchronize()
+    bad = [
+        i
+        for i, (a, r) in enumerate(zip(args, ref, strict=True))
+        if isinstance(a, torch.Tensor) and not torch.equal(a, r)
+    ]
+    return "same bits" if not bad else f"bits differ in args {bad}"
+
+
+def time_main(d: Path, row: str, variant: str, reps: int, rounds: int, check: bool) -> None:
+    import torch
+    from bench import cake_step, parse_variants
+
+    from cake.launch import Module
+
+    (v,) = parse_variants(variant)
+    _, step = cake_step(row, v)
+    step()
+    calls = capture(step)
+    out: dict[str, dict[str, float]] = {}
+    bits: dict[str, dict[str, str]] = {}
+    for fn, grid, args in calls:
+        name = fn.entry.program.split(".", 1)[1]
+        key = f"{name} {fn.meta.symbol} grid={grid}"
+        cubins = sorted(d.glob(f"{name}.*.cubin"))
+        if not cubins or key in out:
+            continue
+        variants = {"shipped": fn}
+        for cubin in cubins:
+            tag = cubin.name[len(name) + 1 : -len(".cubin")]
+            variants[tag] = Module(fn.entry, cubin.read_bytes(), fn.device)[fn.meta.symbol]
+        samples: dict[str, list[float]] = {k: [] for k in variants}
+        for _ in range(rounds):
+            for tag, f in variants.items():
+                samples[tag].append(time_calls(f, grid, args, reps))
+        out[key] = {tag: statistics.median(s) for tag, s in samples.items()}
+        if check:
+            fn(grid, *args)
+            torch.cuda.synchronize()
+            ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            bits[key] = {
+                tag: same_bits(f, grid, args, ref)
+                for tag, f in variants.items()
+                if tag != "shipped"
+            }
+            del ref
+        torch.cuda.synchronize()
+    print(f"{row} {variant}: median of {rounds} rounds of {reps} launches, us")
+    for key, res in out.items():
+        base = res["shipped"]
+        print(f"  {key}: shipped {base:.1f}")
+        for tag, t in res.items():
+            if tag != "shipped":
+                note = f"  [{bits[key][tag]}]" if key in bits else ""
+                print(f"    {tag:12} {t:9.1f} ({100 * (t / base - 1):+.1f} %){note}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--out", type=Path, default=ROOT / ".ablate")
+    b.add_argument("--only", default=None, help="program or program:ablation, comma-separated")
+    b.add_argument(
+        "--tree", action="append", default=[], help="NAME=DIR: DIR's programs as variant tree-NAME"
+    )
+    b.add_argument("--programs", default="", help="with --tree: the programs, comma-separated")
+    t = sub.add_parser("time")
+    t.add_argument("--dir", type=Path, default=ROOT / ".ablate")
+    t.add_argument("--row", default="1doc")
+    t.add_argument("--variant", default="g:off:saved")
+    t.add_argument("--reps", type=int, default=10)
+    t.add_argument("--rounds", type=int, default=3)
+    t.add_argument(
+        "--check", action="store_true", help="also compare each variant's outputs with the shipped"
+    )
+    args = p.parse_args()
+    if args.cmd == "build" and args.tree:
+        build_trees(args.out, args.tree, [p for p in args.programs.split(",") if p])
+    elif args.cmd == "build":
+        build(args.out, args.only.split(",") if args.only else None)
+    else:
+        time_main(args.dir, args.row, args.variant, args.reps, args.rounds, args.check)
+
+
+if __name__ == "__main__":
+    main()
