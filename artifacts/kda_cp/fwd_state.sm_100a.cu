@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:26fe28311c86b186c3aae6e3d84f1ae5a84ea6aadef1d4e82de7ec62f11e5ff7
+// identity: sha256:5e1682abcf7d5b5af211dbe68c1ba6394394d5333bf1bd87d087069156f54014
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

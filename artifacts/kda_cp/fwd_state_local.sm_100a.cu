@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:e2b1b4d5e7149b67c1e5d2aa5e76e1c8518ba3f07b552c3c7e880dd6645d3bfc
+// identity: sha256:6666417d89127225c6d9cb738f93d9420d1a90a98da356ee0b067150c984a60c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

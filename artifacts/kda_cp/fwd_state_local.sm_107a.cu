@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:e4b47d9f8f36abdb3252fe0ec5f0c36ca422d7a7f1a30c2a4531efe50f81b806
+// identity: sha256:24431476c74752d3d04b1894355ad42d201ebbfcf3602e5304b92c177e22fb59
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:64e1cb82a30c120f32e8dc947b3abe62aed12c2718682697bc53bfa9f54f183e
+// identity: sha256:7c93ad4251a12d14371fa45c986f4aac41bdbfe761b1aecb2454554cb2c2c183
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:c55f4d4440e7c23fad2fda13a98d40ae0eb997998f9217d47d771ca12d765f74
+// identity: sha256:b8aac65d40a8e51266de83073ffc076624e1caa69ed4f798e4201835ddbd9e24
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

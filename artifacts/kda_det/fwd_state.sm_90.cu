@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:5d7dd49b5809a31865e92abd6a74b44ac60a967e6956cf0600abd0c138274b9a
+// identity: sha256:30dc89eb2df202708b4cbb23ecf06151ce73dea7011d63c76a805e809639c85f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

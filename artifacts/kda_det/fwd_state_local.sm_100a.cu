@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:f27f6bf516728a982b0835f650178dd26bd169cbf7f7ac5dc025e2bbdf14809c
+// identity: sha256:3c80c1e02fc1116b783191b355bef1a4066f5ca9b33240094da2609f6ac684d5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

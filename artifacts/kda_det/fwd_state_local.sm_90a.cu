@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:dda5fc383e2c3af722c5f8c734b4f450ec4dae2abd50f74699b91b3be60099c5
+// identity: sha256:f56584a34fc0d42d0524e312bd88ef409bab7f0886a4a6a72b4ddabea6717a04
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -348,8 +348,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     };
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
 
-    // cp.async groups, committed in this order: per chunk i, A(i+1) after phase 1, U(i+1) after
-    // phase 2 and a K group after phase 3: K(i+2) into buffer i & 1 when the row is not precise
+    // cp.async groups, committed in this order: per chunk i, A(i+1) after phase 1, U(i+1) in
+    // phase 3 (while its products run) and a K group after phase 3: K(i+2) into buffer i & 1 when the row is not precise
     // (double-buffered), else K(i+1) into buffer 0; the prologue commits K(0) (double) or nothing,
     // then A(0), U(0), and the first K group, so every wait below counts the same groups.
     const bool dbl = !split;  // block-uniform
@@ -406,11 +406,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_wgmma_commit();
         }
         if (run1) cake_wgmma_wait<0>();
-        __syncthreads();  // every read of Ws / Qs done
+        cake_cp_async_wait<1>();  // U(i): after it only the last K group
+        __syncthreads();          // every read of Ws / Qs done; U(i) visible
         if (i + 1 < nc) issue_a(ci + 1);
         cake_cp_async_commit();
-        cake_cp_async_wait<2>();  // U(i): after it the K group and A(i+1)
-        __syncthreads();
 
         // Phase 2: Vnew = U - W S (warpgroup 0), stored transposed as the B operand; gl to registers.
         if (wg == 0) {
@@ -421,15 +420,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             }
         }
         const float gl0 = Gs[kd0 + row_of(0)], gl1 = Gs[kd0 + row_of(2)];
-        __syncthreads();  // every read of Us / Gs done
-        if (i + 1 < nc) issue_u(ci + 1);
-        cake_cp_async_commit();
-        // K(i): double-buffered, committed before A(i), U(i), K(i+1), A(i+1), U(i+1); else
-        // before A(i+1), U(i+1).
-        if (dbl) cake_cp_async_wait<5>();
-        else cake_cp_async_wait<2>();
+        // K(i): double-buffered, committed before A(i), U(i), K(i+1), A(i+1); else before A(i+1).
+        if (dbl) cake_cp_async_wait<4>();
+        else cake_cp_async_wait<1>();
         cake_fence_proxy_async();  // Vnew^T and the group-K tiles -> wgmma's reads
-        __syncthreads();
+        __syncthreads();           // every read of Us / Gs done; Vnew^T and K(i) visible
 
         // Phase 3: O = Qg S + Aqk Vnew (warpgroup 1) and S = diag(gl) S + Kd^T Vnew (both). S is
         // scaled before any product is issued (a register read inside the wgmma pipeline stage
@@ -453,6 +448,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             for (int s = 0; s < 8; ++s)
                 cake_wgmma_n64(S, cake_wg_desc_at<128>(dK, 0, s), cake_wg_desc_at<64>(dlo(Vt2), 0, s), 1);
         cake_wgmma_commit();
+        // U(i+1) while the products run (Us and Gs were last read before the barrier above)
+        if (i + 1 < nc) issue_u(ci + 1);
+        cake_cp_async_commit();
         cake_wgmma_wait<0>();  // (o after the S update too: reading acc while S's group runs serializes)
         if (wg == 1 && !kLocal) {
             const long long orow = (long long)H * 128;
