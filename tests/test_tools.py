@@ -105,7 +105,6 @@ def test_every_ablation_applies_to_the_shipped_programs():
     """tools/ablate.py's text patches must each find their text in today's rendered programs (a
     template change that moves it must update the ablation, or the ablation stops ablating)."""
     import pytest
-
     from ablate import ABLATIONS, HEADERS_END, apply
 
     root = Path(__file__).resolve().parent.parent
