@@ -174,39 +174,37 @@ def apply(source: str, patches: list[tuple[str, str]]) -> str:
     return source
 
 
-def build(out: Path, only: list[str] | None) -> None:
+def compile_variant(out: Path, name: str, tag: str, source: str) -> None:
+    """source compiled for sm_90a into out/<name>.<tag>.cubin; prints its registers and spills."""
     from cake.compile import compile_source
     from cake.spec import Arch
 
+    compiled = compile_source(source, Arch("sm_90a"), f"{name}.{tag}")
+    (out / f"{name}.{tag}.cubin").write_bytes(compiled.cubin)
+    res = {k: vars(r) for k, r in compiled.resources.items()}
+    print(f"{name} {tag}: {json.dumps(res)}", flush=True)
+
+
+def build(out: Path, only: list[str] | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, ablations in ABLATIONS.items():
         # "same": the shipped source compiled here, the harness's control
         ablations = {"same": [], **ablations}
         src = (ROOT / "artifacts" / "kda_det" / f"{name}.cu").read_text()
         for ab, patches in ablations.items():
-            if only and f"{name}:{ab}" not in only and name not in only:
-                continue
-            compiled = compile_source(apply(src, patches), Arch("sm_90a"), f"{name}.{ab}")
-            (out / f"{name}.{ab}.cubin").write_bytes(compiled.cubin)
-            res = {k: vars(r) for k, r in compiled.resources.items()}
-            print(f"{name} {ab}: {json.dumps(res)}", flush=True)
+            if not only or f"{name}:{ab}" in only or name in only:
+                compile_variant(out, name, ab, apply(src, patches))
 
 
 def build_trees(out: Path, trees: list[str], programs: list[str]) -> None:
     """Variants that are other versions of a program: NAME=DIR compiles DIR's rendered program
     (a worktree of another branch or commit) as variant `tree-NAME`."""
-    from cake.compile import compile_source
-    from cake.spec import Arch
-
     out.mkdir(parents=True, exist_ok=True)
     for spec in trees:
         tag, _, where = spec.partition("=")
         for name in programs:
             src = (Path(where) / "artifacts" / "kda_det" / f"{name}.cu").read_text()
-            compiled = compile_source(src, Arch("sm_90a"), f"{name}.tree-{tag}")
-            (out / f"{name}.tree-{tag}.cubin").write_bytes(compiled.cubin)
-            res = {k: vars(r) for k, r in compiled.resources.items()}
-            print(f"{name} tree-{tag}: {json.dumps(res)}", flush=True)
+            compile_variant(out, name, f"tree-{tag}", src)
 
 
 def capture(step: Any) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...]]]:

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:5e1682abcf7d5b5af211dbe68c1ba6394394d5333bf1bd87d087069156f54014
+// identity: sha256:1c3acba6efa1b1af4ed71ddb879bc35840925707c81261e81e1797b885a81b91
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:54a3d371c65dd31287274b70012df5f77ea6c7ab9987563acad4c9c0a0a29473
+// identity: sha256:97f4c610da28d5acdcd79efec0cb021cc7bb9e4f1d833698929be74972c90e57
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:9df7258bd6722768998e2f7494b7d0be006e3e5e882dd3772c8d7f2a82bb2f01
+// identity: sha256:d412ee1a67359c269e3114d708417fa85a83702c384f460fecdb1589e6a8b304
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:8c19a401210a98d0167cae742ac20fad8ea1a2c07cd159bcb9c25d74f78f107b
+// identity: sha256:c5acb1e0521781b03dda80c983cebb05a1227edcbe225696c0d01683c358e35f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:3942a98406a54c0b95eda787b043ee042cef3df9dbc6ff1b5dda8caa0e0793cf
+// identity: sha256:591c7a0ca6ff7bb125da9e70b8e9cb644cf51364068966fde80c673309ca7a77
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -349,9 +349,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
 
     // cp.async groups, committed in this order: per chunk i, A(i+1) after phase 1, U(i+1) in
-    // phase 3 (while its products run) and a K group after phase 3: K(i+2) into buffer i & 1 when the row is not precise
-    // (double-buffered), else K(i+1) into buffer 0; the prologue commits K(0) (double) or nothing,
-    // then A(0), U(0), and the first K group, so every wait below counts the same groups.
+    // phase 3 (while its products run) and a K group after phase 3: K(i+2) into buffer i & 1 when
+    // the row is not precise (double-buffered), else K(i+1) into buffer 0; the prologue commits
+    // K(0) (double) or nothing, then A(0), U(0), and the first K group, so every wait below counts
+    // the same groups.
     const bool dbl = !split;  // block-uniform
     if (kLocal && U == nullptr)
         for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier

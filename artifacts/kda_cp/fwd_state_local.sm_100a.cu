@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:6666417d89127225c6d9cb738f93d9420d1a90a98da356ee0b067150c984a60c
+// identity: sha256:26124ca5f179bdc0e3b2e3cd50be24094ff6491cae38c9377f26af32608f1e62
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

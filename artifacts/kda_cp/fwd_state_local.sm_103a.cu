@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:5e611bed1266942d33744d9672231e040fbe2702ff626cb709cbbabc79b5f9f6
+// identity: sha256:35ed1480b0a14f40f1c780c813cd38e285c4f7735c3d4d234e5f0353584f0865
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:24431476c74752d3d04b1894355ad42d201ebbfcf3602e5304b92c177e22fb59
+// identity: sha256:465b60ef1799a9cf973a5e9d858f6b2cf6c8b8dc07539585c1ff4b264b896b1d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

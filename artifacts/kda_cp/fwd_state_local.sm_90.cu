@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:cce630cf7452b0c57be9b65ac322378a3e5369c53cdeb62137f3f62a79b6c8fd
+// identity: sha256:940c6b57bf74bc640fff5f6f615d98e203b53be60b9ad89d4ed52fbdbb6c6bfe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:32f4e2a792d3a3a9057c37d2bcd00f32785e43570d43d1a351b37332161c4b53
+// identity: sha256:4d9640be41dc9c911663f6988a3a8211ce1ec967abe548b3e3a2657a41a00853
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -349,9 +349,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
 
     // cp.async groups, committed in this order: per chunk i, A(i+1) after phase 1, U(i+1) in
-    // phase 3 (while its products run) and a K group after phase 3: K(i+2) into buffer i & 1 when the row is not precise
-    // (double-buffered), else K(i+1) into buffer 0; the prologue commits K(0) (double) or nothing,
-    // then A(0), U(0), and the first K group, so every wait below counts the same groups.
+    // phase 3 (while its products run) and a K group after phase 3: K(i+2) into buffer i & 1 when
+    // the row is not precise (double-buffered), else K(i+1) into buffer 0; the prologue commits
+    // K(0) (double) or nothing, then A(0), U(0), and the first K group, so every wait below counts
+    // the same groups.
     const bool dbl = !split;  // block-uniform
     if (kLocal && U == nullptr)
         for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:7c93ad4251a12d14371fa45c986f4aac41bdbfe761b1aecb2454554cb2c2c183
+// identity: sha256:61c842ec85b91c33bb7c153a9345447883ef651e9a6a9ef4f21deb026d884ec6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

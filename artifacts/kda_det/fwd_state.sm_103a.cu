@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:b8aac65d40a8e51266de83073ffc076624e1caa69ed4f798e4201835ddbd9e24
+// identity: sha256:4c9a22e0fa3c6b7809765d565f5fbd9a2d2a0014294aef9dc7f9df66be5624de
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:bc7f8a7cc8a6ff12d2b5e0e054ecd9cc52604c12658cf98effaa2ca4bf54d0d3
+// identity: sha256:718a91d428ff43a4f02989a9469e348d7318e2dd07c4b03f6e4b12823074c014
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

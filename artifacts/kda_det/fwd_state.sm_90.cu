@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:30dc89eb2df202708b4cbb23ecf06151ce73dea7011d63c76a805e809639c85f
+// identity: sha256:34a10ee4d3176ac4a03af5b4399bb76c5273adaaffbdd8ffbc7791f4836fdc6d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

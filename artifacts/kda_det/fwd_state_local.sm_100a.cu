@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:3c80c1e02fc1116b783191b355bef1a4066f5ca9b33240094da2609f6ac684d5
+// identity: sha256:76e8d8d704b26f89d2b66c11035d95f3b2ab3f76a700a2a5f163e399e0b67938
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

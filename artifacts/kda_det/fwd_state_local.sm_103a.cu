@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:61b35f0c0d21d27fd9844d88e3fea1651f2747b58c944755f7af896e86f14873
+// identity: sha256:c133d77641d0ad910eb59289ad11fd88649ee0ba79539476f6e50104f7fbb81a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

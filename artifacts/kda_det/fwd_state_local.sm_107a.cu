@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:947d3113c51af8e7188ba9302d9acefaf49684410d861f1ccff3668e72ff9b4c
+// identity: sha256:237b19c255d7042cdb7959a15573fe95c2444f6677655e133f29b67724e4f309
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

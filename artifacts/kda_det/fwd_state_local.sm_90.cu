@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:8edf7696985e5e46bce243f1da3e01dbc58d132a211ca38bbf4e22be6166d185
+// identity: sha256:5fc1cf8457977c55fe416d97247ec0c51c5bb7b1e69563baebc943e087c29bc3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
