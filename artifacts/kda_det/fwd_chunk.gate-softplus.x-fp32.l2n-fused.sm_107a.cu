@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:67ce6f512d854feb0288ee9b51d543710aef1b67a1eac27fb98dedfea3901b90
+// identity: sha256:66bcae973791e8ee7adbd5f5254f9f79ee144ea923abce57eab0d85bb687a465
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -190,6 +190,22 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);
+}
+
+// acc += sum_e L[lrow][4 lc + e] * R[rrow0 + e][4 rc .. 4 rc + 3] ([64][64] fp32 tiles, at_sq): one
+// step of the T solve's block products, in the order every level uses.
+__device__ __forceinline__ void fma_row4(float4& acc, const float* L, int lrow, int lc, const float* R,
+                                         int rrow0, int rc) {
+    const float4 l4 = ld4_f32(L, at_sq(lrow, lc));
+    const float lv[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float4 r4 = ld4_f32(R, at_sq(rrow0 + e, rc));
+        acc.x = fmaf(lv[e], r4.x, acc.x);
+        acc.y = fmaf(lv[e], r4.y, acc.y);
+        acc.z = fmaf(lv[e], r4.z, acc.z);
+        acc.w = fmaf(lv[e], r4.w, acc.w);
+    }
 }
 
 }  // namespace
@@ -619,18 +635,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const int row = 16 * a + rr;
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-            for (int s4 = 4 * b; s4 < 4 * a; ++s4) {
-                const float4 m4 = ld4_f32(Ms, at_sq(row, s4));
-                const float mv[4] = {m4.x, m4.y, m4.z, m4.w};
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float4 tv = ld4_f32(As, at_sq(4 * s4 + e, 4 * b + cg));
-                    x.x = fmaf(mv[e], tv.x, x.x);
-                    x.y = fmaf(mv[e], tv.y, x.y);
-                    x.z = fmaf(mv[e], tv.z, x.z);
-                    x.w = fmaf(mv[e], tv.w, x.w);
-                }
-            }
+            for (int s4 = 4 * b; s4 < 4 * a; ++s4) fma_row4(x, Ms, row, s4, As, 4 * s4, 4 * b + cg);
             const float br = bs[row];
             *reinterpret_cast<float4*>(Ms + at_sq(16 * b + rr, 4 * a + cg)) =
                 make_float4(br * x.x, br * x.y, br * x.z, br * x.w);
@@ -640,18 +645,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const int row = 16 * a + rr;
             float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-            for (int q4 = 0; q4 < 4; ++q4) {
-                const float4 t4 = ld4_f32(As, at_sq(row, 4 * a + q4));
-                const float tv[4] = {t4.x, t4.y, t4.z, t4.w};
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float4 xv = ld4_f32(Ms, at_sq(16 * b + 4 * q4 + e, 4 * a + cg));
-                    y.x = fmaf(tv[e], xv.x, y.x);
-                    y.y = fmaf(tv[e], xv.y, y.y);
-                    y.z = fmaf(tv[e], xv.z, y.z);
-                    y.w = fmaf(tv[e], xv.w, y.w);
-                }
-            }
+            for (int q4 = 0; q4 < 4; ++q4) fma_row4(y, As, row, 4 * a + q4, Ms, 16 * b + 4 * q4, 4 * a + cg);
             *reinterpret_cast<float4*>(As + at_sq(row, 4 * b + cg)) = make_float4(-y.x, -y.y, -y.z, -y.w);
         }
         __syncthreads();
@@ -663,18 +657,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         {
             float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 1
-            for (int s4 = 4 * (c2 >> 2); s4 < 8; ++s4) {
-                const float4 m4 = ld4_f32(Ms, at_sq(row2, s4));
-                const float mv[4] = {m4.x, m4.y, m4.z, m4.w};
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float4 tv = ld4_f32(As, at_sq(4 * s4 + e, c2));
-                    x.x = fmaf(mv[e], tv.x, x.x);
-                    x.y = fmaf(mv[e], tv.y, x.y);
-                    x.z = fmaf(mv[e], tv.z, x.z);
-                    x.w = fmaf(mv[e], tv.w, x.w);
-                }
-            }
+            for (int s4 = 4 * (c2 >> 2); s4 < 8; ++s4) fma_row4(x, Ms, row2, s4, As, 4 * s4, c2);
             const float br = bs[row2];
             *reinterpret_cast<float4*>(Ms + at_sq(r2, 8 + c2)) = make_float4(br * x.x, br * x.y, br * x.z, br * x.w);
         }
@@ -683,18 +666,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
             const int q4end = 4 * ((r2 >> 4) + 1);  // warp-uniform: a warp's rows r2 share r2 >> 4
 #pragma unroll 1
-            for (int q4 = 0; q4 < q4end; ++q4) {
-                const float4 t4 = ld4_f32(As, at_sq(row2, 8 + q4));
-                const float tv[4] = {t4.x, t4.y, t4.z, t4.w};
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float4 xv = ld4_f32(Ms, at_sq(4 * q4 + e, 8 + c2));
-                    y.x = fmaf(tv[e], xv.x, y.x);
-                    y.y = fmaf(tv[e], xv.y, y.y);
-                    y.z = fmaf(tv[e], xv.z, y.z);
-                    y.w = fmaf(tv[e], xv.w, y.w);
-                }
-            }
+            for (int q4 = 0; q4 < q4end; ++q4) fma_row4(y, As, row2, 8 + q4, Ms, 4 * q4, 8 + c2);
             *reinterpret_cast<float4*>(As + at_sq(row2, c2)) = make_float4(-y.x, -y.y, -y.z, -y.w);
         }
         __syncthreads();
