@@ -323,7 +323,9 @@ def main() -> None:
     t.add_argument("--reps", type=int, default=10)
     t.add_argument("--rounds", type=int, default=3)
     t.add_argument(
-        "--check", action="store_true", help="also compare each variant's outputs with the reference's"
+        "--check",
+        action="store_true",
+        help="also compare each variant's outputs with the reference's",
     )
     t.add_argument("--ref", default="shipped", help="with --check: the reference variant (its tag)")
     args = p.parse_args()
