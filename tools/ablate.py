@@ -257,7 +257,9 @@ def same_bits(fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], ref: list[A
     return "same bits" if not bad else f"bits differ in args {bad}"
 
 
-def time_main(d: Path, row: str, variant: str, reps: int, rounds: int, check: bool) -> None:
+def time_main(
+    d: Path, row: str, variant: str, reps: int, rounds: int, check: bool, ref_tag: str = "shipped"
+) -> None:
     import torch
     from bench import cake_step, parse_variants
 
@@ -285,23 +287,22 @@ def time_main(d: Path, row: str, variant: str, reps: int, rounds: int, check: bo
                 samples[tag].append(time_calls(f, grid, args, reps))
         out[key] = {tag: statistics.median(s) for tag, s in samples.items()}
         if check:
-            fn(grid, *args)
+            variants.get(ref_tag, fn)(grid, *args)
             torch.cuda.synchronize()
             ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
             bits[key] = {
-                tag: same_bits(f, grid, args, ref)
-                for tag, f in variants.items()
-                if tag != "shipped"
+                tag: same_bits(f, grid, args, ref) for tag, f in variants.items() if tag != ref_tag
             }
             del ref
         torch.cuda.synchronize()
     print(f"{row} {variant}: median of {rounds} rounds of {reps} launches, us")
     for key, res in out.items():
         base = res["shipped"]
-        print(f"  {key}: shipped {base:.1f}")
+        mark = f"  [{bits[key]['shipped']}]" if "shipped" in bits.get(key, {}) else ""
+        print(f"  {key}: shipped {base:.1f}{mark}")
         for tag, t in res.items():
             if tag != "shipped":
-                note = f"  [{bits[key][tag]}]" if key in bits else ""
+                note = f"  [{bits[key].get(tag, 'the reference')}]" if key in bits else ""
                 print(f"    {tag:12} {t:9.1f} ({100 * (t / base - 1):+.1f} %){note}")
 
 
@@ -322,15 +323,18 @@ def main() -> None:
     t.add_argument("--reps", type=int, default=10)
     t.add_argument("--rounds", type=int, default=3)
     t.add_argument(
-        "--check", action="store_true", help="also compare each variant's outputs with the shipped"
+        "--check",
+        action="store_true",
+        help="also compare each variant's outputs with the reference's",
     )
+    t.add_argument("--ref", default="shipped", help="with --check: the reference variant (its tag)")
     args = p.parse_args()
     if args.cmd == "build" and args.tree:
         build_trees(args.out, args.tree, [p for p in args.programs.split(",") if p])
     elif args.cmd == "build":
         build(args.out, args.only.split(",") if args.only else None)
     else:
-        time_main(args.dir, args.row, args.variant, args.reps, args.rounds, args.check)
+        time_main(args.dir, args.row, args.variant, args.reps, args.rounds, args.check, args.ref)
 
 
 if __name__ == "__main__":
