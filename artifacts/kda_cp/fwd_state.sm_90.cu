@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:5584e6e9c1e4f1bd7be9a9fd806ee23ca154f362bef6b4f39956a7d67bd2ce32
+// identity: sha256:8e0f798fac5bd4fc65aab45875a47124595934c0be7b0587e3fcd64834badf3d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:1a84614bb065ce76d1bb9816ff626541a3afd5f7b43e718b1bdd6440e0aef233
+// identity: sha256:005f2508376a0aa4212143b3274d5cfdb8c3e03d7013f2d683f49cdaf3bb4ffa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

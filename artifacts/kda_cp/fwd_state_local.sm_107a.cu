@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:7ce55ed29fe5c78aeb7145d4fe3ca577f8ec6d0514c6cd2c4202bafaeca75a77
+// identity: sha256:ed16b487708133a78cc278fd78f563eb25ba801da099654811f70f19a2a55650
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:8bf0d5803a5b279d75f647a92157d3be293d4f08d934325006429225de27fc0f
+// identity: sha256:f7e7406245e909b5a62d3839aa245c1803b4e7a86aa0b38c447aa91de08d4acd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:6fbef998eecee9481976cd7dbd1fcf6192e4aa3532f30a73d772e75b7ecd4eaa
+// identity: sha256:0577f94cb782634fb2672fa12c2465e026427f9e521124a33941eea6e8a660b2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
