@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:7abe80a26d14ae1967f525ed1f6fedbaa56d4d9781e84168b9957ac2ffe7b4ad
+// identity: sha256:5c826f49ef6201fd4b49a79a2193352c3a9bef1de0726d6b8ca74b8fe66e719b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -174,6 +174,14 @@ __device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// x through an empty asm: a copy of an accumulator that ptxas does not trace back to it. Reading
+// an accumulator of the state pass (say, to shuffle it) between a wgmma's issue and its wait made
+// ptxas serialize every wgmma (C7514); reading the copy does not.
+__device__ __forceinline__ float cake_wg_opaque(float x) {
+    asm volatile("" : "+f"(x));
+    return x;
 }
 
 // Before the first wgmma that reads accumulators written by other instructions.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:465b60ef1799a9cf973a5e9d858f6b2cf6c8b8dc07539585c1ff4b264b896b1d
+// identity: sha256:ed16b487708133a78cc278fd78f563eb25ba801da099654811f70f19a2a55650
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -133,8 +133,8 @@ __device__ __forceinline__ void split_store(bool split, float* a, float* b, int 
 // when it is null.
 __device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
                                                   const float* Kd, const float* Aqk, const float* gl,
-                                                  long long wsi, int tid, int vb) {
-    for (int j = 2 * tid + vb; j < 1156; j += 512) {
+                                                  long long wsi, int tid, int nthreads, int vb) {
+    for (int j = 2 * tid + vb; j < 1156; j += 2 * nthreads) {
         if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
         if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
         const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
@@ -250,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             }
     };
 
-    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
+    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, 256, vb); };
 
     if (kLocal && U == nullptr)
         for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:9bcfd229fd0ea7656a20be4e062e2a17891164c69ee3c6b458bbef4b31999366
+// identity: sha256:c11aa773dc9be74dd49adb00d5f6772e3dd3ef309062ee527acfe9214172d221
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -174,6 +174,14 @@ __device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// x through an empty asm: a copy of an accumulator that ptxas does not trace back to it. Reading
+// an accumulator of the state pass (say, to shuffle it) between a wgmma's issue and its wait made
+// ptxas serialize every wgmma (C7514); reading the copy does not.
+__device__ __forceinline__ float cake_wg_opaque(float x) {
+    asm volatile("" : "+f"(x));
+    return x;
 }
 
 // Before the first wgmma that reads accumulators written by other instructions.

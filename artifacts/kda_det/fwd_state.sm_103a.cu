@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:4c9a22e0fa3c6b7809765d565f5fbd9a2d2a0014294aef9dc7f9df66be5624de
+// identity: sha256:30aeccadbff17805e631e4f9480608a05102e13abb2a5e01897e45ed26a9372a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -133,8 +133,8 @@ __device__ __forceinline__ void split_store(bool split, float* a, float* b, int 
 // when it is null.
 __device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
                                                   const float* Kd, const float* Aqk, const float* gl,
-                                                  long long wsi, int tid, int vb) {
-    for (int j = 2 * tid + vb; j < 1156; j += 512) {
+                                                  long long wsi, int tid, int nthreads, int vb) {
+    for (int j = 2 * tid + vb; j < 1156; j += 2 * nthreads) {
         if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
         if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
         const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
@@ -250,7 +250,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             }
     };
 
-    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
+    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, 256, vb); };
 
     if (kLocal && U == nullptr)
         for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:29b12c755b245e5e5d32ef1978a6e6877e9d94251ac1320bb9cbda20374cfe0e
+// identity: sha256:d767274091930fc115f5980214ba9d204d4f98f3b7e73a7dd294157044fbbf49
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -176,6 +176,14 @@ __device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
+// x through an empty asm: a copy of an accumulator that ptxas does not trace back to it. Reading
+// an accumulator of the state pass (say, to shuffle it) between a wgmma's issue and its wait made
+// ptxas serialize every wgmma (C7514); reading the copy does not.
+__device__ __forceinline__ float cake_wg_opaque(float x) {
+    asm volatile("" : "+f"(x));
+    return x;
+}
+
 // Before the first wgmma that reads accumulators written by other instructions.
 __device__ __forceinline__ void cake_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cake_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -188,6 +196,17 @@ __device__ __forceinline__ void cake_fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 // ---- end cake/wgmma.cuh ----
+// ---- begin cake/bar.cuh ----
+// Named barriers (bar.sync / bar.arrive; ids 1..15, 0 is __syncthreads): n threads of the block, a
+// multiple of 32, take part. bar.arrive counts the caller and goes on; bar.sync waits until all n
+// have arrived. A producer warpgroup arrives where its consumer syncs: one-way hand-offs.
+__device__ __forceinline__ void cake_bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cake_bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory");
+}
+// ---- end cake/bar.cuh ----
 
 namespace {
 
@@ -233,8 +252,8 @@ __device__ __forceinline__ void split_store(bool split, float* a, float* b, int 
 // when it is null.
 __device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
                                                   const float* Kd, const float* Aqk, const float* gl,
-                                                  long long wsi, int tid, int vb) {
-    for (int j = 2 * tid + vb; j < 1156; j += 512) {
+                                                  long long wsi, int tid, int nthreads, int vb) {
+    for (int j = 2 * tid + vb; j < 1156; j += 2 * nthreads) {
         if (kLocal && U == nullptr && j >= 256 && j < 512) continue;
         if (kLocal && ((j >= 512 && j < 768) || (j >= 1024 && j < 1152))) continue;
         const float* p = j < 1024 ? (j < 256 ? W : j < 512 ? U : j < 768 ? Qg : Kd) + wsi * 8192 + (j & 255) * 32
@@ -253,21 +272,26 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     const int* __restrict__ precise, const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht,
     float* __restrict__ states_out, int H, int has_h0, int store_ht)
 {
-    // ---- sm_90a: the products on wgmma (docs/wgmma-plan.md). Warpgroup 0 = the chain (W S, Vnew),
-    // warpgroup 1 = the output (Qg S, Aqk Vnew, o); both update their 64 key rows of S.
+    // ---- sm_90a: the chain in registers (docs/kernel-notes.md, session 10). Warpgroup 0 keeps S^T
+    // (64 value rows x 128 keys) as wgmma accumulators and runs the chain transposed,
+    //   Vnew^T = U^T - S^T W^T,   S^T = S^T diag(gl) + Vnew^T Kd,
+    // each product's A operand from registers: the previous product's accumulators, as they are.
+    // That works because of the row order of the B tiles: accumulator column n of an m64nNk8
+    // product is B's row n, and thread (g, t) holds columns 8j + 2t, 8j + 2t + 1 where its A
+    // fragment of k8 step j needs the indices 8j + t, 8j + t + 4; so W's rows (tokens) and Kd^T's
+    // rows (keys) are stored in the order pk (pk(8j + 2t + e) = 8j + t + 4e), and accumulator x of a
+    // thread holds index pcol(x). The chain then needs no shared-memory round trip and no block
+    // barrier. Warpgroup 1 computes O = Qg S + Aqk Vnew (as before) from the TF32 copies of S^T and
+    // Vnew^T that warpgroup 0 stores for it, handed over by named barriers (FULL / EMPTY pairs).
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
-    float* Ws = reinterpret_cast<float*>(smem);  // W [64 tok][128 K], wgmma K panels
-    float* Qs = Ws + 8192;                       // Qg, the same
-    float* Ks = Qs + 8192;                       // Kd^T [128 K][64 tok]
-    float* St = Ks + 8192;                       // S^T [64 v][128 K], TF32 hi part
-    float* St2 = St + 8192;                      // S^T lo part
-    float* As = St2 + 8192;                      // Aqk [64][64]
-    float* Vt = As + 4096;                       // Vnew^T [64 v][64 tok], hi part
-    float* Vt2 = Vt + 4096;                      // Vnew^T lo part
-    float* Us = Vt2 + 4096;                      // U[:, vblock] [64 tok][64 v] (el64 layout)
+    float* Ws = reinterpret_cast<float*>(smem);  // W [64 tok, rows in pk order][128 K]
+    float* Ks = Ws + 8192;                       // Kd^T [128 K, rows in pk order][64 tok], 2 buffers
+    float* Qs = Ks + 16384;                      // Qg [64 tok][128 K]
+    float* St = Qs + 8192;                       // S^T [64 v][128 K], TF32 (O's B operand)
+    float* As = St + 8192;                       // Aqk [64][64]
+    float* Vt = As + 4096;                       // Vnew^T [64 v][64 tok], TF32 (O's B operand)
+    float* Us = Vt + 4096;                       // U[:, vblock] [64 tok][64 v] (el64 layout)
     float* Gs = Us + 4096;                       // gl [128]
-    // wgmma descriptors' low words from one shared-memory address: a tile's is this plus its
-    // (compile-time) offset / 16, a step's one add more (cake_wg_desc_at)
     const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
     auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ws) >> 2); };
 
@@ -279,181 +303,270 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
     const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
     const bool split = __shfl_sync(0xffffffffu, int(precise != nullptr && precise[n] != 0), 0) != 0;  // block-uniform
-    // Accumulator element x of this thread: row 16 w + g (+ 8 for x & 2) of its warpgroup's 64,
-    // column 8 (x >> 2) + 2 t + (x & 1).
+    // Accumulator x of an m64n64 product: row 16 w + g (+ 8 for x & 2), column 8 (x >> 2) + 2 t +
+    // (x & 1); the column holds index pcol(x) of a pk-ordered B (col_of(x) of a naturally ordered one).
     auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
     auto col_of = [&](int x) { return 8 * (x >> 2) + 2 * t + (x & 1); };
-    const int kd0 = 64 * wg;  // this warpgroup's key rows of S
+    auto pcol = [&](int x) { return 8 * (x >> 2) + t + 4 * (x & 1); };
+    // Named barriers: warpgroup 0 / 1 internal, and warpgroup 0 -> 1 hand-offs of S^T and Vnew^T.
+    constexpr int kBarWg0 = 1, kBarWg1 = 2, kFullS = 3, kEmptyS = 4, kFullV = 5, kEmptyV = 6;
 
-    float S[32];
+    if (wg == 0) {
+        const int tw = tid;  // 0..127
+        // The cp.async pieces (address math once; pieces advance by whole 8-row groups, which keep
+        // every swizzle). W: rows ra + 4i (i = 0..15) of 128 floats, stored at row pkinv(row);
+        // Kd^T: rows rk + 8i; U: rows rk + 8i of this block's 64 columns.
+        const int ra = tw >> 5, ca = 4 * (tw & 31), rk = tw >> 4, ck = 4 * (tw & 15);
+        const int pra = 2 * (rk & 3) + (rk >> 2);  // pkinv(rk), rk < 8
+        const int sW0 = cake_wg_idx<64>(2 * ra, ca), sW1 = cake_wg_idx<64>(2 * ra + 1, ca);
+        const int gW = ra * 128 + ca;
+        const int sK = cake_wg_idx<128>(pra, ck), gK = rk * 64 + ck;
+        const int sU = at64(rk, tw & 15), gU = rk * 128 + vb * 64 + ck;
+        auto issue_w = [&](int ci) {  // W rows r = ra + 4i: pkinv(r) = 8 (i >> 1) + 2 ra + (i & 1)
+            const float* src = W + ((long long)ci * H + h) * 8192 + gW;
 #pragma unroll
-    for (int x = 0; x < 32; ++x) {
-        const int d = kd0 + row_of(x), v = col_of(x);
-        float s = 0.f;
-        if (has_h0 == 1) s = h0[state_base + (long long)d * 128 + v];
-        else if (kLocal && has_h0 == 2) s = d == vb * 64 + v ? 1.f : 0.f;  // S = I
-        S[x] = s;
-    }
-    auto store_st = [&]() {
+            for (int i = 0; i < 16; ++i)
+                cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);
+        };
+        auto issue_ug = [&](int ci) {
+            const long long wsi = (long long)ci * H + h;
+            if (!kLocal || U != nullptr)
 #pragma unroll
-        for (int x = 0; x < 32; ++x) {
-            const int idx = cake_wg_idx<64>(col_of(x), kd0 + row_of(x));
-            split_store(split, St, St2, idx, S[x]);
+                for (int i = 0; i < 8; ++i)
+                    cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);
+            if (tw < 32) cake_cp_async16(Gs + 4 * tw, gl + wsi * 128 + 4 * tw, 16);
+        };
+        auto issue_k = [&](int ci) {  // Kd^T rows rk + 8i -> pk row pkinv(rk) + 8i
+            const float* src = Kd + ((long long)ci * H + h) * 8192 + gK;
+            float* dst = Ks + 8192 * ((ci - c0) & 1) + sK;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);
+        };
+
+        float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+            for (int x = 0; x < 32; ++x) {
+                const int d = 64 * hf + pcol(x), v = row_of(x);
+                float s = 0.f;
+                if (has_h0 == 1) s = h0[state_base + (long long)d * 128 + v];
+                else if (kLocal && has_h0 == 2) s = d == vb * 64 + v ? 1.f : 0.f;  // S = I
+                ST[hf][x] = s;
+            }
+        // A fragments of S^T and of Vnew^T: TF32(x) (hi); precise rows then also lo = TF32(x - hi)
+        // in the same registers, a second pass after the first has read them (x to ~2^-22). Every
+        // A operand is a TF32 value: what the tensor cores do with other bits is not relied on.
+        unsigned int FS[2][32];
+        auto frag_s = [&]() {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                for (int x = 0; x < 32; ++x) FS[hf][x] = cake_tf32(ST[hf][x]);
+        };
+        auto store_global = [&](float* dst) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                for (int x = 0; x < 32; ++x) dst[(long long)(64 * hf + pcol(x)) * 128 + row_of(x)] = ST[hf][x];
+        };
+        // The chunk-start states: lanes g and g ^ 1 hold value rows v, v ^ 1 of the same keys, so
+        // one shuffle pairs them and each lane stores float2 (v, v + 1): the even lane of key
+        // pcol(4j), the odd one of key pcol(4j + 1). Half the stores of store_global.
+        const bool odd = g & 1;
+        auto store_states = [&](float* dst) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    // (through opaque copies: shuffling the accumulators serializes every wgmma)
+                    const float a[4] = {cake_wg_opaque(ST[hf][4 * j]), cake_wg_opaque(ST[hf][4 * j + 1]),
+                                        cake_wg_opaque(ST[hf][4 * j + 2]), cake_wg_opaque(ST[hf][4 * j + 3])};
+                    const float r0 = __shfl_xor_sync(0xffffffffu, odd ? a[0] : a[1], 4);
+                    const float r1 = __shfl_xor_sync(0xffffffffu, odd ? a[2] : a[3], 4);
+                    const int d = 64 * hf + pcol(4 * j + (odd ? 1 : 0)), v = row_of(4 * j) - (odd ? 1 : 0);
+                    float* p = dst + (long long)d * 128 + v;
+                    *reinterpret_cast<float2*>(p) = odd ? make_float2(r0, a[1]) : make_float2(a[0], r0);
+                    *reinterpret_cast<float2*>(p + 8) = odd ? make_float2(r1, a[3]) : make_float2(a[2], r1);
+                }
+        };
+        auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
+
+        if (kLocal && U == nullptr)
+            for (int j = tw; j < 64 * 64; j += 128) Us[j] = 0.f;  // visible after the loop's first barrier
+        if (nc > 1) prefetch_chunk(c0 + 1);
+        if (nc > 0) {
+            issue_k(c0);
+            issue_w(c0);
+            issue_ug(c0);
         }
-    };
-    auto store_global = [&](float* dst, int x0, int x1) {  // S elements x0..x1-1 (pairs)
-#pragma unroll
-        for (int x = x0; x < x1; x += 2)
-            *reinterpret_cast<float2*>(dst + (long long)(kd0 + row_of(x)) * 128 + col_of(x)) = make_float2(S[x], S[x + 1]);
-    };
-
-    // The cp.async loops' addresses: piece i of a loop is this thread's piece 0 plus a constant (its
-    // rows advance by 8 or 16, which keeps row % 8 and so every swizzle), so that no piece's address
-    // is recomputed (ncu: the per-piece swizzle arithmetic was a quarter of the instructions).
-    const int ra = tid >> 5, ca = 4 * (tid & 31);  // W, Qg: rows ra + 8 i, columns ca..ca+3
-    const int rk = tid >> 4, ck = 4 * (tid & 15);  // Kd^T, Aqk, U: rows rk + 16 i, columns ck..
-    const int sA = cake_wg_idx<64>(ra, ca), gA = ra * 128 + ca;
-    const int sK = cake_wg_idx<128>(rk, ck), sQ = cake_wg_idx<64>(rk, ck), gK = rk * 64 + ck;
-    const int sU = at64(rk, tid & 15), gU = rk * 128 + vb * 64 + ck;
-    auto issue_a = [&](int ci) {
-        const long long base = ((long long)ci * H + h) * 8192 + gA;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            cake_cp_async16(Ws + sA + 256 * i, W + base + 1024 * i, 16);
-            if (!kLocal) cake_cp_async16(Qs + sA + 256 * i, Qg + base + 1024 * i, 16);
-        }
-    };
-    // Phase 3's operands (Kd^T, Aqk) of a chunk, into buffer b: 0 = (Ks, As); 1 = (St2, Vt2),
-    // free on rows that are not precise, so there each chunk's pair is loaded a chunk ahead.
-    auto issue_k = [&](int ci, int b) {
-        const long long wsi = (long long)ci * H + h;
-        float* kb = b ? St2 : Ks;
-        float* ab = b ? Vt2 : As;
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-            cake_cp_async16(kb + sK + 512 * i, Kd + wsi * 8192 + gK + 1024 * i, 16);
-        if (!kLocal)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                cake_cp_async16(ab + sQ + 512 * i, Aqk + wsi * 4096 + gK + 1024 * i, 16);
-    };
-    // Phase 2's U columns and phase 3's gl (read into registers in phase 2).
-    auto issue_u = [&](int ci) {
-        const long long wsi = (long long)ci * H + h;
-        if (!kLocal || U != nullptr)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                cake_cp_async16(Us + sU + 1024 * i, U + wsi * 8192 + gU + 2048 * i, 16);
-        if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + wsi * 128 + 4 * tid, 16);
-    };
-    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tid, vb); };
-
-    // cp.async groups, committed in this order: per chunk i, A(i+1) after phase 1, U(i+1) in
-    // phase 3 (while its products run) and a K group after phase 3: K(i+2) into buffer i & 1 when
-    // the row is not precise (double-buffered), else K(i+1) into buffer 0; the prologue commits
-    // K(0) (double) or nothing, then A(0), U(0), and the first K group, so every wait below counts
-    // the same groups.
-    const bool dbl = !split;  // block-uniform
-    if (kLocal && U == nullptr)
-        for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier
-    if (nc > 1) prefetch_chunk(c0 + 1);
-    if (dbl && nc > 0) issue_k(c0, 0);
-    cake_cp_async_commit();
-    if (nc > 0) {
-        issue_a(c0);
         cake_cp_async_commit();
-        issue_u(c0);
-        cake_cp_async_commit();
-    }
-    if (dbl ? nc > 1 : nc > 0) issue_k(dbl ? c0 + 1 : c0, dbl ? 1 : 0);
-    cake_cp_async_commit();
-    store_st();
-    // Each chunk's (first token, length) is loaded a chunk ahead: the o store's address math
-    // waited on this load at the top of every chunk (12 % of the stall samples, ncu).
-    int2 tl = nc > 0 ? *reinterpret_cast<const int2*>(chunks + 2 * c0) : make_int2(0, 0);
+        frag_s();
 
 #pragma unroll 1
-    for (int i = 0; i < nc; ++i) {
-        const int ci = c0 + i;
-        const int t0 = tl.x, L = tl.y;
-        if (i + 1 < nc) tl = *reinterpret_cast<const int2*>(chunks + 2 * (ci + 1));
-        const int kb = dbl ? i & 1 : 0;
-        const float* Kc = kb ? St2 : Ks;
-        const float* Ac = kb ? Vt2 : As;
-        if (i + 2 < nc) prefetch_chunk(ci + 2);
-        cake_cp_async_wait<2>();   // A(i): after it only U(i) and a K group were committed
-        cake_fence_proxy_async();  // cp.async data and S^T (generic proxy) -> wgmma's reads
-        __syncthreads();
+        for (int i = 0; i < nc; ++i) {
+            const int ci = c0 + i;
+            const float* Kc = Ks + 8192 * (i & 1);
+            if (i + 2 < nc) prefetch_chunk(ci + 2);
+            cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
+            cake_fence_proxy_async();  // cp.async data -> wgmma's reads
+            cake_bar_sync(kBarWg0, 128);
+            if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
+            cake_cp_async_commit();
 
-        // The chunk's start state goes out first: a register read of S (a wgmma accumulator)
-        // between a wgmma's issue and its wait serializes every wgmma (ptxas C7514).
-        if (states_out != nullptr) store_global(states_out + ((long long)ci * H + h) * 16384 + vb * 64, 0, 32);
-
-        // Phase 1: acc = W S (warpgroup 0) or Qg S (warpgroup 1; the local program has no O).
-        float acc[32];
+            // Vnew^T = U^T - S^T W^T: acc = S^T W^T first (precise rows: hi, then lo).
+            float VA[32];
 #pragma unroll
-        for (int x = 0; x < 32; ++x) acc[x] = 0.f;  // (the first step overwrites: scale-d = 0)
-        const bool run1 = wg == 0 || !kLocal;
-        if (run1) {
-            const unsigned int dA = wg == 0 ? dlo(Ws) : dlo(Qs);
+            for (int x = 0; x < 32; ++x) VA[x] = 0.f;
+            auto product_sw = [&](int acc0) {
+                cake_wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < 16; ++s) {
+                    const unsigned int* f = FS[s >> 3] + 4 * (s & 7);
+                    const unsigned int a[4] = {f[0], f[2], f[1], f[3]};
+                    cake_wgmma_n64_rs(VA, a, cake_wg_desc_at<64>(dlo(Ws), 0, s), s > 0 || acc0);
+                }
+                cake_wgmma_commit();
+            };
+            product_sw(0);
+            if (split) {  // FS may change only once the hi pass has read it
+                cake_wgmma_wait<0>();
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                    for (int x = 0; x < 32; ++x) FS[hf][x] = cake_tf32(ST[hf][x] - __uint_as_float(FS[hf][x]));
+                product_sw(1);
+            }
+            // While it runs: the chunk's start state out, and its TF32 copy for warpgroup 1.
+            if (states_out != nullptr) {  // precise rows: the shuffles slowed R2 by 13 % (session 10)
+                float* dst = states_out + ((long long)ci * H + h) * 16384 + vb * 64;
+                if (split) store_global(dst);
+                else store_states(dst);
+            }
+            if (!kLocal) {
+                // Precise rows: S^T's copy only once the lo pass is done. Stored while it ran, o came
+                // out wrong and irreproducible on the H200 (not under the emulator; the cause is
+                // not identified: docs/notes.md, session 10). The hi-only rows overlap it safely
+                // (bitwise equal to the previous program).
+                if (split) cake_wgmma_wait<0>();
+                if (i > 0) cake_bar_sync(kEmptyS, 256);  // warpgroup 1's Qg S of chunk i-1 is done
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                    for (int x = 0; x < 32; ++x)
+                        St[cake_wg_idx<64>(row_of(x), 64 * hf + pcol(x))] = __uint_as_float(split ? cake_tf32(ST[hf][x]) : FS[hf][x]);
+                cake_fence_proxy_async();
+                cake_bar_arrive(kFullS, 256);
+            }
+            cake_wgmma_wait<0>();
+            cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
+            if (i + 1 < nc) issue_w(ci + 1);
+
+            // Vnew and its A fragments (hi; precise rows: then lo, a second pass), S^T scaled by gl.
+            unsigned int FV[32];
+#pragma unroll
+            for (int x = 0; x < 32; ++x) {
+                VA[x] = Us[el64(pcol(x), row_of(x))] - VA[x];
+                FV[x] = cake_tf32(VA[x]);
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                for (int x = 0; x < 32; ++x) ST[hf][x] *= Gs[64 * hf + pcol(x)];
+            if (!kLocal) {
+                if (i > 0) cake_bar_sync(kEmptyV, 256);  // warpgroup 1's Aqk Vnew of chunk i-1 is done
+#pragma unroll
+                for (int x = 0; x < 32; ++x) Vt[cake_wg_idx<64>(row_of(x), pcol(x))] = __uint_as_float(FV[x]);
+                cake_fence_proxy_async();
+                cake_bar_arrive(kFullV, 256);
+            }
+
+            // S^T = S^T diag(gl) + Vnew^T Kd: two m64n64 halves of the keys (precise rows: hi, then
+            // lo from registers of their own, one group; a wait between the passes, as for S^T's
+            // fragments, makes ptxas serialize the local program's wgmma, C7512).
+            unsigned int FV2[32];
+#pragma unroll
+            for (int x = 0; x < 32; ++x) FV2[x] = split ? cake_tf32(VA[x] - __uint_as_float(FV[x])) : 0u;
+            auto product_vk = [&](const unsigned int (&F)[32]) {
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) {
+                        const unsigned int a[4] = {F[4 * j], F[4 * j + 2], F[4 * j + 1], F[4 * j + 3]};
+                        cake_wgmma_n64_rs(ST[hf], a, cake_wg_desc_at<128>(dlo(Kc), 64 * hf, j), 1);
+                    }
+            };
+            cake_wgmma_fence();
+            product_vk(FV);
+            if (split) product_vk(FV2);
+            cake_wgmma_commit();
+            cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
+            if (i + 1 < nc) issue_ug(ci + 1);
+            cake_cp_async_commit();
+            cake_wgmma_wait<0>();
+            frag_s();
+        }
+        cake_cp_async_wait<0>();
+        if (store_ht) store_global(ht + state_base);
+    } else if (!kLocal) {
+        // ---- warpgroup 1: O = Qg S + Aqk Vnew (rows = tokens, columns = this block's values).
+        const int tw = tid - 128;
+        const int ra = tw >> 5, ca = 4 * (tw & 31), rk = tw >> 4, ck = 4 * (tw & 15);
+        const int sQ0 = cake_wg_idx<64>(ra, ca), sQ1 = cake_wg_idx<64>(ra + 4, ca), gQ = ra * 128 + ca;
+        const int sA = cake_wg_idx<64>(rk, ck), gA = rk * 64 + ck;
+        auto issue_q = [&](int ci) {  // Qg rows ra + 4i
+            const float* src = Qg + ((long long)ci * H + h) * 8192 + gQ;
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+                cake_cp_async16(Qs + ((i & 1) ? sQ1 : sQ0) + 256 * (i >> 1), src + 512 * i, 16);
+        };
+        auto issue_aqk = [&](int ci) {  // Aqk rows rk + 8i
+            const float* src = Aqk + ((long long)ci * H + h) * 4096 + gA;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) cake_cp_async16(As + sA + 256 * i, src + 512 * i, 16);
+        };
+        // groups, committed in this order: Q(0), A(0), then per chunk i Q(i+1), A(i+1)
+        if (nc > 0) issue_q(c0);
+        cake_cp_async_commit();
+        if (nc > 0) issue_aqk(c0);
+        cake_cp_async_commit();
+        int2 tl = nc > 0 ? *reinterpret_cast<const int2*>(chunks + 2 * c0) : make_int2(0, 0);
+#pragma unroll 1
+        for (int i = 0; i < nc; ++i) {
+            const int ci = c0 + i;
+            const int t0 = tl.x, L = tl.y;
+            if (i + 1 < nc) tl = *reinterpret_cast<const int2*>(chunks + 2 * (ci + 1));
+            float acc[32];
+#pragma unroll
+            for (int x = 0; x < 32; ++x) acc[x] = 0.f;
+            cake_cp_async_wait<1>();  // Qg(i)
+            cake_fence_proxy_async();
+            cake_bar_sync(kBarWg1, 128);
+            cake_bar_sync(kFullS, 256);  // S^T(i) stored by warpgroup 0
             cake_wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 16; ++s)
-                cake_wgmma_n64(acc, cake_wg_desc_at<64>(dA, 0, s), cake_wg_desc_at<64>(dlo(St), 0, s), s > 0);
-            if (split && wg == 0)  // W S feeds the chain: S's lo part too (O takes hi only)
-#pragma unroll
-                for (int s = 0; s < 16; ++s)
-                    cake_wgmma_n64(acc, cake_wg_desc_at<64>(dlo(Ws), 0, s), cake_wg_desc_at<64>(dlo(St2), 0, s), 1);
+                cake_wgmma_n64(acc, cake_wg_desc_at<64>(dlo(Qs), 0, s), cake_wg_desc_at<64>(dlo(St), 0, s), s > 0);
             cake_wgmma_commit();
-        }
-        if (run1) cake_wgmma_wait<0>();
-        cake_cp_async_wait<1>();  // U(i): after it only the last K group
-        __syncthreads();          // every read of Ws / Qs done; U(i) visible
-        if (i + 1 < nc) issue_a(ci + 1);
-        cake_cp_async_commit();
-
-        // Phase 2: Vnew = U - W S (warpgroup 0), stored transposed as the B operand; gl to registers.
-        if (wg == 0) {
-#pragma unroll
-            for (int x = 0; x < 32; ++x) {
-                const int tok = row_of(x), v = col_of(x);
-                split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok), Us[el64(tok, v)] - acc[x]);
-            }
-        }
-        const float gl0 = Gs[kd0 + row_of(0)], gl1 = Gs[kd0 + row_of(2)];
-        // K(i): double-buffered, committed before A(i), U(i), K(i+1), A(i+1); else before A(i+1).
-        if (dbl) cake_cp_async_wait<4>();
-        else cake_cp_async_wait<1>();
-        cake_fence_proxy_async();  // Vnew^T and the group-K tiles -> wgmma's reads
-        __syncthreads();           // every read of Us / Gs done; Vnew^T and K(i) visible
-
-        // Phase 3: O = Qg S + Aqk Vnew (warpgroup 1) and S = diag(gl) S + Kd^T Vnew (both). S is
-        // scaled before any product is issued (a register read inside the wgmma pipeline stage
-        // serializes it, ptxas C7514).
-#pragma unroll
-        for (int x = 0; x < 32; ++x) S[x] *= (x & 2) ? gl1 : gl0;
-        if (wg == 1 && !kLocal) {
+            cake_wgmma_wait<0>();
+            if (i + 1 < nc) cake_bar_arrive(kEmptyS, 256);
+            cake_bar_sync(kBarWg1, 128);  // every warp's Qg S is done: Qs is free
+            if (i + 1 < nc) issue_q(ci + 1);
+            cake_cp_async_commit();
+            cake_cp_async_wait<1>();  // Aqk(i)
+            cake_fence_proxy_async();
+            cake_bar_sync(kBarWg1, 128);
+            cake_bar_sync(kFullV, 256);  // Vnew^T(i)
             cake_wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 8; ++s)
-                cake_wgmma_n64(acc, cake_wg_desc_at<64>(dlo(Ac), 0, s), cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
+                cake_wgmma_n64(acc, cake_wg_desc_at<64>(dlo(As), 0, s), cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
             cake_wgmma_commit();
-        }
-        cake_wgmma_fence();
-        const unsigned int dK = dlo(Kc) + 8 * kd0;  // rows kd0.. of Kd^T (128 bytes a row)
-#pragma unroll
-        for (int s = 0; s < 8; ++s)
-            cake_wgmma_n64(S, cake_wg_desc_at<128>(dK, 0, s), cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
-        if (split)
-#pragma unroll
-            for (int s = 0; s < 8; ++s)
-                cake_wgmma_n64(S, cake_wg_desc_at<128>(dK, 0, s), cake_wg_desc_at<64>(dlo(Vt2), 0, s), 1);
-        cake_wgmma_commit();
-        // U(i+1) while the products run (Us and Gs were last read before the barrier above)
-        if (i + 1 < nc) issue_u(ci + 1);
-        cake_cp_async_commit();
-        cake_wgmma_wait<0>();  // (o after the S update too: reading acc while S's group runs serializes)
-        if (wg == 1 && !kLocal) {
+            cake_wgmma_wait<0>();
+            if (i + 1 < nc) cake_bar_arrive(kEmptyV, 256);
+            cake_bar_sync(kBarWg1, 128);  // every warp's Aqk Vnew is done: As is free
+            if (i + 1 < nc) issue_aqk(ci + 1);
+            cake_cp_async_commit();
             const long long orow = (long long)H * 128;
             unsigned short* ob = o + (long long)t0 * orow + h * 128 + vb * 64;
 #pragma unroll
@@ -462,11 +575,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col) = cake_pack_bf16x2(acc[x], acc[x + 1]);
             }
         }
-        store_st();
-        __syncthreads();  // every read of buffer kb, Vt and Vt2 done
-        if (dbl ? i + 2 < nc : i + 1 < nc) issue_k(dbl ? ci + 2 : ci + 1, kb);
-        cake_cp_async_commit();
+        cake_cp_async_wait<0>();
     }
-    cake_cp_async_wait<0>();
-    if (store_ht) store_global(ht + state_base, 0, 32);
 }

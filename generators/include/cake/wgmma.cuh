@@ -54,6 +54,14 @@ __device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
+// x through an empty asm: a copy of an accumulator that ptxas does not trace back to it. Reading
+// an accumulator of the state pass (say, to shuffle it) between a wgmma's issue and its wait made
+// ptxas serialize every wgmma (C7514); reading the copy does not.
+__device__ __forceinline__ float cake_wg_opaque(float x) {
+    asm volatile("" : "+f"(x));
+    return x;
+}
+
 // Before the first wgmma that reads accumulators written by other instructions.
 __device__ __forceinline__ void cake_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void cake_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }

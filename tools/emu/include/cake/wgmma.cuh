@@ -1,4 +1,4 @@
-// twin of generators/include/cake/wgmma.cuh sha256:a795cf9dfb6235bb8af39477aa7dbdbf8741c7be574a6ca461ead4d01b33f6fd
+// twin of generators/include/cake/wgmma.cuh sha256:28b3999a9db8124fd85ba36a5ab3fbcbbb017cbffee0bcb88d48a207ee02410b
 #pragma once
 
 // The layout helpers (cake/wgmma_layout.cuh) are plain C++ and compile as they are.
@@ -17,6 +17,9 @@ __device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned
 __device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned long long db, int acc) {
     ::emu::wgmma_n32_rs(d, a, db, acc);
 }
+
+// An opaque copy: nothing to hide on the CPU.
+__device__ __forceinline__ float cake_wg_opaque(float x) { return x; }
 
 // The emulated wgmma completes at issue: the fences and the group wait order nothing more.
 __device__ __forceinline__ void cake_wgmma_fence() {}

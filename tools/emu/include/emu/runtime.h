@@ -143,6 +143,15 @@ struct Group {
     void* out[kGroup];
 };
 
+// A named barrier (bar.sync / bar.arrive id, n): arrivals of the current phase, its thread count,
+// and the threads parked at bar.sync until the phase completes.
+struct NamedBar {
+    int arrived = 0;
+    int count = 0;
+    std::vector<Fiber*> parked;
+};
+constexpr int kNamedBars = 16;
+
 struct Worker {
     // what is launched
     const char* kernel = "";
@@ -157,6 +166,7 @@ struct Worker {
     std::vector<Fiber> fibers;
     std::vector<Warp> warps;
     std::vector<Group> wgroups;
+    NamedBar nbars[kNamedBars];
     std::vector<Fiber*> ring;  // runnable fibers (each at most once)
     size_t head = 0, count = 0;
     int bar_arrived = 0, live = 0;
@@ -404,6 +414,35 @@ inline void syncthreads() {
         release(w, 0, w->nthreads, false);
     }
     park(w, f, "__syncthreads()");
+}
+
+// bar.sync (wait) / bar.arrive id, n: the phase completes when n threads have arrived; the threads
+// parked on it are then released in the schedule's order (the completing one with them).
+inline void named_bar(int id, int n, bool wait) {
+    Worker* w = tl;
+    Fiber* f = w->cur;
+    const char* what = wait ? "bar.sync" : "bar.arrive";
+    if (id < 1 || id >= kNamedBars) fail("%s %d: ids 1..%d only (0 is __syncthreads)", what, id, kNamedBars - 1);
+    if (n <= 0 || n % kWarp != 0 || n > w->nthreads)
+        fail("%s %d with a thread count of %d (a multiple of 32, at most the block's %d)", what, id, n, w->nthreads);
+    NamedBar& B = w->nbars[id];
+    if (B.arrived == 0) B.count = n;
+    else if (B.count != n) fail("%s %d: threads arrive with counts %d and %d", what, id, B.count, n);
+    if (++B.arrived < n) {
+        if (wait) {
+            B.parked.push_back(f);
+            park(w, f, "bar.sync");
+        }
+        return;
+    }
+    std::vector<Fiber*> go;
+    go.swap(B.parked);
+    B.arrived = 0;
+    if (wait) go.push_back(f);
+    if (w->schedule == 1) std::reverse(go.begin(), go.end());
+    else if (w->schedule >= 2) std::shuffle(go.begin(), go.end(), w->rng);
+    for (Fiber* p : go) push_ready(w, p);
+    if (wait) park(w, f, "bar.sync");
 }
 
 enum Kind { kShflIdx = 1, kShflUp, kShflDown, kShflXor, kAll, kAny, kBallot, kSyncwarp, kMma };
@@ -820,6 +859,7 @@ inline bool run_block(Worker* w) {
         w->warps[i].live = std::min(kWarp, w->nthreads - kWarp * (int)i);
     }
     for (Group& G : w->wgroups) G = Group();
+    for (NamedBar& B : w->nbars) B = NamedBar();
     for (int i = 0; i < w->nthreads; ++i) {
         Fiber& f = w->fibers[(size_t)i];
         f.tid = i;
