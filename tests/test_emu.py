@@ -363,6 +363,25 @@ def test_missing_syncthreads_changes_bits_across_thread_orders():
 
 
 @needs_cxx
+def test_missing_named_barrier_reads_poison():
+    """kda_fwd_state (sm_90a): warpgroup 1 without its wait for warpgroup 0's copy of S^T (a named
+    barrier) reads the chunk-0 tile before it is written: the NaN poison reaches o. Threads in
+    descending order, so warpgroup 1 runs first."""
+    inp, _, _ = case_inputs(CASES["g-mixed-off"])
+    planted = Mutated(
+        "fwd_state",
+        "cake_bar_sync(kFullS, 256);",
+        ";",
+        arch=Arch.sm_90a,
+        options=Options(schedule=1),
+    )
+    o, ht = forward_outputs(inp, planted)
+    assert torch.isnan(o).any() and not torch.isnan(ht).any()
+    o, ht = forward_outputs(inp, EmuLoader(arch=Arch.sm_90a, options=Options(schedule=1)))
+    assert not torch.isnan(o).any()
+
+
+@needs_cxx
 @pytest.mark.slow
 def test_shared_memory_overrun_is_reported():
     inp, _, _ = case_inputs(CASES["g-mixed-off"])
