@@ -382,6 +382,21 @@ def test_missing_named_barrier_reads_poison():
 
 
 @needs_cxx
+def test_operand_that_is_not_tf32_is_reported():
+    """kda_fwd_state (sm_90a) handing S's raw fp32 bits to the tensor cores as a register A operand
+    instead of TF32(S): refused (the H200 does not read such bits as truncated TF32)."""
+    inp, _, _ = case_inputs(CASES["g-mixed-off"])
+    planted = Mutated(
+        "fwd_state",
+        "FS[hf][x] = cake_tf32(ST[hf][x]);",
+        "FS[hf][x] = __float_as_uint(ST[hf][x]);",
+        arch=Arch.sm_90a,
+    )
+    with pytest.raises(EmuError, match="is not a TF32 value"):
+        forward_outputs(inp, planted)
+
+
+@needs_cxx
 @pytest.mark.slow
 def test_shared_memory_overrun_is_reported():
     inp, _, _ = case_inputs(CASES["g-mixed-off"])
