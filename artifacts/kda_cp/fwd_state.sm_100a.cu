@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:2c739beb7ffaf2318c55672c6595cc98beb7bd9725ee9225a248cbbe6185d359
+// identity: sha256:e133917be3bc1e58fb520010f1cd6493c634e8fdf1d26253cb33d5d9d0444e8a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

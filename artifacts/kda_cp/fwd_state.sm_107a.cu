@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:a1ba3ed994a77d72948dc3586bb3139c8c86c6895e76b2d93be5be3375655ff3
+// identity: sha256:2a867139f4ae474bab1bddc6a35884929aa0e725aaf25fe5166f141b00d5607f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:8e0f798fac5bd4fc65aab45875a47124595934c0be7b0587e3fcd64834badf3d
+// identity: sha256:7e9f3206c667b622062c4154317435508b7c6c818efeb898291b3cce62e0024e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

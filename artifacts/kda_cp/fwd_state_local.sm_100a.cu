@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:005f2508376a0aa4212143b3274d5cfdb8c3e03d7013f2d683f49cdaf3bb4ffa
+// identity: sha256:996ec49b72c66fbd8bff6ce0a41f020c5f76ef12c193c09e75280230f7cb1abb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

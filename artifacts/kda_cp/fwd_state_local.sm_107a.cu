@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:ed16b487708133a78cc278fd78f563eb25ba801da099654811f70f19a2a55650
+// identity: sha256:63bd94eadc11542dc50174bd78c634aa00a92325dfbac75350ffff966ec31d48
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

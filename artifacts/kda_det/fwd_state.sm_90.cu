@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:836e67a165cf0c12c23f34f428b97b417e63a2d003759b680421a247b9a9be28
+// identity: sha256:8481009115a3aa6f4972719aef681c7e021167b4738af983523fa638841e555a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:f7e7406245e909b5a62d3839aa245c1803b4e7a86aa0b38c447aa91de08d4acd
+// identity: sha256:b118539b80794107123abb80b79818dadd985147e78a35aaa0c7878cb3d4827c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
