@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import struct
 import threading
 from typing import Any
 
@@ -12,14 +13,10 @@ from .machine import _call, init_driver
 from .manifest import Entry, Kernel
 from .spec import ArgType
 
-_CTYPES = {
-    ArgType.ptr: ctypes.c_void_p,
-    ArgType.i32: ctypes.c_int32,
-    ArgType.i64: ctypes.c_int64,
-    ArgType.f32: ctypes.c_float,
-}
+# each slot 8 bytes (little-endian; i32 / f32 padded), pointers unsigned
+_FORMAT = {ArgType.ptr: "Q", ArgType.i32: "i4x", ArgType.i64: "q", ArgType.f32: "f4x"}
 _SMEM_DEFAULT_LIMIT = 48 * 1024
-_PTR, _F32 = ArgType.ptr, ArgType.f32
+_PTR = ArgType.ptr
 _INT_RANGE = {ArgType.i32: (-(2**31), 2**31), ArgType.i64: (-(2**63), 2**63)}
 
 
@@ -68,17 +65,23 @@ def _current_stream(device: int) -> int:
 
 
 class ArgBlock:
-    """A kernel's arguments as ctypes values allocated once, and the array of their addresses that
-    cuLaunchKernel takes as kernelParams. `set` converts one launch's arguments (a tensor or None
-    for a pointer, a Python int for i32/i64, a number for f32) and writes them in place."""
+    """A kernel's arguments packed in one buffer allocated once (8 bytes a slot, each value in the
+    program's C type), and the array of the slots' addresses that cuLaunchKernel takes as
+    kernelParams. `set` converts one launch's arguments (a tensor or None for a pointer, a Python
+    int for i32/i64, a number for f32) and packs them in place with one struct call: on the
+    H200's host a launch's Python side is most of its cost (docs/notes.md, session 11)."""
 
     def __init__(self, kinds: tuple[ArgType, ...] | list[ArgType], symbol: str = "kernel") -> None:
         self.kinds = tuple(kinds)
         self.symbol = symbol
-        self.slots: list[Any] = [_CTYPES[k]() for k in kinds]
-        self.params = (ctypes.c_void_p * max(1, len(self.slots)))(
-            *[ctypes.addressof(slot) for slot in self.slots]
+        self._struct = struct.Struct("<" + "".join(_FORMAT[k] for k in self.kinds))
+        self._buf = ctypes.create_string_buffer(max(8, 8 * len(self.kinds)))
+        base = ctypes.addressof(self._buf)
+        self.params = (ctypes.c_void_p * max(1, len(self.kinds)))(
+            *[base + 8 * i for i in range(len(self.kinds))]
         )
+        self._ptrs = [i for i, k in enumerate(self.kinds) if k is _PTR]
+        self._ints = [i for i, k in enumerate(self.kinds) if k in _INT_RANGE]
 
     def set(self, args: tuple[Any, ...] | list[Any]) -> None:
         if len(args) != len(self.kinds):
@@ -86,25 +89,27 @@ class ArgBlock:
                 f"{self.symbol} called with {len(args)} arguments",
                 expected=f"{len(self.kinds)} ({', '.join(self.kinds)})",
             )
-        for i, (slot, kind, arg) in enumerate(zip(self.slots, self.kinds, args, strict=True)):
-            if kind is _PTR:
-                if arg is None:
-                    slot.value = 0
-                else:
-                    try:
-                        slot.value = arg.data_ptr()
-                    except AttributeError:
-                        slot.value = int(arg)
-            elif kind is _F32:
-                slot.value = float(arg)
-            elif type(arg) is int and _INT_RANGE[kind][0] <= arg < _INT_RANGE[kind][1]:
-                slot.value = arg
-            elif not isinstance(arg, int) or isinstance(arg, bool):
-                raise LaunchError(f"{self.symbol} argument {i} must be an int", found=repr(arg))
-            else:
-                raise LaunchError(
-                    f"{self.symbol} argument {i} does not fit in {kind}", found=repr(arg)
-                )
+        values = list(args)
+        for i in self._ptrs:
+            arg = values[i]
+            if arg is None:
+                values[i] = 0
+            elif type(arg) is not int:
+                values[i] = arg.data_ptr()
+        for i in self._ints:
+            if type(values[i]) is not int:  # bool and float are refused, as are int subclasses
+                raise LaunchError(f"{self.symbol} argument {i} must be an int", found=repr(args[i]))
+        try:
+            self._struct.pack_into(self._buf, 0, *values)
+        except struct.error:
+            for i in self._ints:
+                lo, hi = _INT_RANGE[self.kinds[i]]
+                if not lo <= values[i] < hi:
+                    raise LaunchError(
+                        f"{self.symbol} argument {i} does not fit in {self.kinds[i]}",
+                        found=repr(args[i]),
+                    ) from None
+            raise LaunchError(f"{self.symbol}: arguments do not pack", found=repr(args)) from None
 
 
 class Function:
@@ -136,23 +141,28 @@ class Function:
         self._fn = int(self.handle)
         self._block = ArgBlock(meta.args, f"{entry.program}:{meta.symbol}")
         self._lock = threading.Lock()
+        self._launch = _cu_launch()
+        self._dims: dict[tuple[int, ...], tuple[int, ...]] = {}  # grid -> launch dimensions
 
     def __call__(self, grid: tuple[int, ...], *args: Any, stream: int | None = None) -> None:
-        gx, gy, gz = (*grid, 1, 1)[:3]
-        if min(gx, gy, gz) <= 0:
-            return  # nothing to do (e.g. an empty batch); a zero grid is a driver error
+        dims = self._dims.get(grid)
+        if dims is None:
+            gx, gy, gz = (*grid, 1, 1)[:3]
+            if min(gx, gy, gz) <= 0:
+                return  # nothing to do (e.g. an empty batch); a zero grid is a driver error
+            if len(self._dims) >= 256:  # packed batches change the grid from call to call
+                self._dims.clear()
+            dims = self._dims[grid] = (gx, gy, gz, self.meta.threads, 1, 1, self.meta.smem)
         if stream is None:
             stream = _current_stream(self.device)
-        launch = _cu_launch()
-        dims = (gx, gy, gz, self.meta.threads, 1, 1, self.meta.smem)
         with self._lock:
             self._block.set(args)
-            err = launch(self._fn, *dims, stream, self._block.params, None)
+            err = self._launch(self._fn, *dims, stream, self._block.params, None)
             if err in _WRONG_CONTEXT:
                 # a thread that never touched the device (autograd's backward thread, whose first
                 # CUDA work may be this launch) or whose current context is another device's
                 ensure_context(self.device, force=True)
-                err = launch(self._fn, *dims, stream, self._block.params, None)
+                err = self._launch(self._fn, *dims, stream, self._block.params, None)
         if err != 0:
             driver = init_driver()
             raise LaunchError(

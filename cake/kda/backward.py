@@ -14,7 +14,9 @@ Both paths run the same programs on the same values, so their gradients are bitw
 
 from __future__ import annotations
 
-from functools import cache
+from dataclasses import dataclass
+from functools import cache, lru_cache
+from typing import Any
 
 import torch
 
@@ -33,8 +35,9 @@ from .forward import (
     segment_plan,
 )
 from .forward import records as fwd_records
-from .layout import CHUNK, layout_for
+from .layout import CHUNK, Layout, layout_for
 from .stages import raw_gate_params
+from .workspace import Workspace
 
 
 def bwd_chunk_record(config: Config, x_dtype: torch.dtype) -> str:
@@ -75,6 +78,49 @@ def replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config) -> dict
     return saved
 
 
+@dataclass(frozen=True)
+class _Static:
+    """What a backward call of one signature launches, and its buffers' layout: looked up once."""
+
+    layout: Layout
+    plan: seg.Plan
+    state: Any  # the kernels (cake.launch.Function)
+    combine: Any  # split calls only
+    chunk: Any
+    reduce: Any  # raw gates only
+    buffers: Workspace
+
+
+@lru_cache(maxsize=64)  # as kda.forward's
+def _static(
+    loader: Any, config: Config, H: int, g_dtype: torch.dtype, device: torch.device, replay: bool
+) -> _Static:
+    layout = layout_for(config.cu_seqlens, device)
+    plan = segment_plan(config, H, device)
+    pkg = package_for(plan)
+    dev = device.index or 0
+    loader.ensure(
+        [(pkg, r) for r in records(config, g_dtype, replay=replay, split=plan.any_split)], dev
+    )
+    raw = config.gate is not GateForm.g
+    NC = layout.n_chunks
+    buffers = Workspace([
+        ("dS_end", (NC, H, K, V)),
+        ("dVn", (NC, H, CHUNK, V)),
+        ("dA_part", (NC, H) if raw else None),
+        ("dbias_part", (NC, H, K) if raw else None),
+    ])  # fmt: skip
+    return _Static(
+        layout=layout,
+        plan=plan,
+        state=loader.module(pkg, BWD_STATE, dev)["kda_bwd_state"],
+        combine=loader.module(pkg, COMBINE, dev)["kda_seg_combine"] if plan.any_split else None,
+        chunk=loader.module(pkg, bwd_chunk_record(config, g_dtype), dev)["kda_bwd_chunk"],
+        reduce=loader.module(pkg, BWD_REDUCE, dev)["kda_bwd_gate_reduce"] if raw else None,
+        buffers=buffers,
+    )
+
+
 def backward(  # noqa: ANN201
     q,
     k,
@@ -94,16 +140,9 @@ def backward(  # noqa: ANN201
     B, T_, H, _ = q.shape
     T = B * T_
     device = q.device
-    dev = device.index or 0
-    layout = layout_for(config.cu_seqlens, device)
+    st = _static(default_loader(), config, H, g.dtype, device, saved is None)
+    layout, plan = st.layout, st.plan
     N, NC = layout.n_seqs, layout.n_chunks
-    plan = segment_plan(config, H, device)
-    pkg = package_for(plan)
-    loader = default_loader()
-    loader.ensure(
-        [(pkg, r) for r in records(config, g.dtype, replay=saved is None, split=plan.any_split)],
-        dev,
-    )
     if saved is None:
         saved = replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config)
     f32 = dict(dtype=torch.float32, device=device)
@@ -112,51 +151,40 @@ def backward(  # noqa: ANN201
         do = do.to(q.dtype)
 
     # K1: reverse state pass.
-    dS_end = torch.empty((NC, H, K, V), **f32)
-    dVn = torch.empty((NC, H, CHUNK, V), **f32)
+    buf = st.buffers.carve(torch.float32, device)
+    dS_end, dVn = buf["dS_end"], buf["dVn"]
     dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
     dht_ = dht.float().contiguous() if dht is not None else None
-    bstate = loader.module(pkg, BWD_STATE, dev)["kda_bwd_state"]
     ops = (saved["Qg"], saved["W"], saved["Kd"], saved["Aqk"], saved["gl"], do, layout.chunks)
     if not plan.any_split:
-        bstate(
+        st.state(
             (V // BV, H, N), *ops, layout.seq_chunks, dht_, dS_end, dVn, dh0, H,
             int(dht_ is not None), int(dh0 is not None),
         )  # fmt: skip
     else:
-        combine = loader.module(pkg, COMBINE, dev)["kda_seg_combine"]
-        _segmented_reverse_pass(bstate, combine, plan, ops, saved["M"], dht_, dS_end, dVn, dh0, H)
+        _segmented_reverse_pass(
+            st.state, st.combine, plan, ops, saved["M"], dht_, dS_end, dVn, dh0, H
+        )
 
     # K2: chunk-parallel gradients.
     raw = config.gate is not GateForm.g
-    beta32 = saved["beta32"]  # the forward's fp32 copy
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     dg = torch.empty(g.shape, dtype=g.dtype if raw else torch.float32, device=device)
-    dbeta = torch.empty((T, H), **f32)
-    A: torch.Tensor | None = None
-    bias: torch.Tensor | None = None
-    dA_part: torch.Tensor | None = None
-    dbias_part: torch.Tensor | None = None
-    x: torch.Tensor | None = None
-    if raw:
-        A, bias = raw_gate_params(A_log, dt_bias, H, device)
-        dA_part = torch.empty((NC, H), **f32)
-        dbias_part = torch.empty((NC, H, K), **f32)
-        x = g
-    bchunk = loader.module(pkg, bwd_chunk_record(config, g.dtype), dev)
-    bchunk["kda_bwd_chunk"](
-        (NC, H), q, k, v, do, beta32, saved["G"], x, A, bias, layout.chunks, saved["states"],
-        saved["T"], saved["Akk"], saved["R"], dS_end, dVn, dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
+    dbeta = torch.empty((T, H), **f32)  # not in the workspace: returned, it would keep it alive
+    A, bias = raw_gate_params(A_log, dt_bias, H, device) if raw else (None, None)
+    st.chunk(
+        (NC, H), q, k, v, do, saved["beta32"], saved["G"], g if raw else None, A, bias,
+        layout.chunks, saved["states"], saved["T"], saved["Akk"], saved["R"], dS_end, dVn,
+        dq, dk, dv, dg, dbeta, buf["dA_part"], buf["dbias_part"], H, int(config.beta_sigmoid),
         config.scale, config.lower_bound,
     )  # fmt: skip
     out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta.reshape(beta.shape).to(beta.dtype))
     if raw:
         dA_log = torch.empty(H, **f32)
         ddt_bias = torch.empty(H * K, **f32)
-        red = loader.module(pkg, BWD_REDUCE, dev)
-        red["kda_bwd_gate_reduce"]((H,), dA_part, dbias_part, dA_log, ddt_bias, NC, H)
+        st.reduce((H,), buf["dA_part"], buf["dbias_part"], dA_log, ddt_bias, NC, H)
         if A_log is not None:
             out["dA_log"] = dA_log
         if dt_bias is not None:

@@ -5,15 +5,17 @@ chunk-local cumsum fused in), state pass. Long sequences run the state pass segm
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
+from typing import Any
 
 import torch
 
 from ..loader import default_loader
 from ..spec import DType, GateForm, L2Norm, Stage, Variant
 from . import segments as seg
-from .layout import CHUNK, layout_for
+from .layout import CHUNK, Layout, layout_for
 from .stages import PACKAGE, PACKAGE_CP, raw_gate_params
+from .workspace import Workspace
 
 K = V = 128
 BV = 64  # value columns per state-pass block (the fwd_state template says why)
@@ -76,6 +78,68 @@ def package_for(plan: seg.Plan) -> str:
     return PACKAGE_CP if plan.any_split else PACKAGE
 
 
+@dataclass(frozen=True)
+class _Static:
+    """What a forward call of one signature launches, and its buffers' layout: looked up once."""
+
+    layout: Layout
+    plan: seg.Plan
+    chunk: Any  # the kernels (cake.launch.Function)
+    state: Any
+    local: Any  # split calls only
+    combine: Any
+    buffers: Workspace
+
+
+@lru_cache(maxsize=64)  # like layout_for: packed batches change cu_seqlens from call to call
+def _static(  # noqa: PLR0913
+    loader: Any,
+    config: Config,
+    H: int,
+    T: int,
+    g_dtype: torch.dtype,
+    device: torch.device,
+    keep: bool,
+    want_o: bool,
+) -> _Static:
+    layout = layout_for(config.cu_seqlens, device)
+    plan = segment_plan(config, H, device)
+    pkg = package_for(plan)
+    dev = device.index or 0
+    # Select and fetch every program first, so that an offline miss names all of them at once.
+    loader.ensure(
+        [(pkg, r) for r in records(config, g_dtype, split=plan.any_split, want_o=want_o)], dev
+    )
+    split = plan.any_split
+    NC = layout.n_chunks
+
+    def kept(shape: tuple[int, ...]) -> tuple[int, ...] | None:
+        return shape if keep else None  # only when the backward will read the buffer
+
+    fused = config.l2n is L2Norm.fused
+    buffers = Workspace([
+        ("Aqk", (NC, H, CHUNK, CHUNK)),
+        ("W", (NC, H, CHUNK, K)),
+        ("Qg", (NC, H, CHUNK, K)),
+        ("Kd", (NC, H, K, CHUNK)),  # transposed: the state pass reads Kd^T rows
+        ("gl", (NC, H, K)),
+        ("G", kept((T, H, K))),
+        ("T", kept((NC, H, CHUNK, CHUNK))),
+        ("Akk", kept((NC, H, CHUNK, CHUNK))),
+        ("states", kept((NC, H, K, V))),
+        ("R", kept((NC, H, 2 * CHUNK)) if fused else None),
+    ])  # fmt: skip
+    return _Static(
+        layout=layout,
+        plan=plan,
+        chunk=loader.module(pkg, chunk_record(config, g_dtype), dev)["kda_fwd_chunk"],
+        state=loader.module(pkg, STATE if want_o else STATE_LOCAL, dev)["kda_fwd_state"],
+        local=loader.module(pkg, STATE_LOCAL, dev)["kda_fwd_state"] if split else None,
+        combine=loader.module(pkg, COMBINE, dev)["kda_seg_combine"] if split else None,
+        buffers=buffers,
+    )
+
+
 def forward(  # noqa: ANN201
     q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool = False, want_o: bool = True
 ):  # noqa: ANN001
@@ -89,78 +153,44 @@ def forward(  # noqa: ANN201
     B, T_, H, _ = q.shape
     T = B * T_
     device = q.device
-    dev = device.index or 0
-    layout = layout_for(config.cu_seqlens, device)
+    st = _static(default_loader(), config, H, T, g.dtype, device, keep, want_o)
+    layout, plan = st.layout, st.plan
     N, NC = layout.n_seqs, layout.n_chunks
-    plan = segment_plan(config, H, device)
-    pkg = package_for(plan)
-    loader = default_loader()
-    # Select and fetch every program first, so that an offline miss names all of them at once.
-    loader.ensure(
-        [(pkg, r) for r in records(config, g.dtype, split=plan.any_split, want_o=want_o)], dev
-    )
-    chunk = loader.module(pkg, chunk_record(config, g.dtype), dev)
-    state = loader.module(pkg, STATE if want_o else STATE_LOCAL, dev)
 
     x = g.view(T, H, K)
     if config.gate is not GateForm.g:
         A_log, dt_bias = raw_gate_params(A_log, dt_bias, H, device)
     beta32 = beta.reshape(T, H).float().contiguous()
-    f32 = dict(dtype=torch.float32, device=device)
-    Aqk = torch.empty((NC, H, CHUNK, CHUNK), **f32)
-    W = torch.empty((NC, H, CHUNK, K), **f32)
-    U = torch.empty((NC, H, CHUNK, V), **f32)
-    Qg = torch.empty((NC, H, CHUNK, K), **f32)
-    Kd = torch.empty((NC, H, K, CHUNK), **f32)  # transposed: the state pass reads Kd^T rows
-    gl = torch.empty((NC, H, K), **f32)
-    G = torch.empty((T, H, K), **f32) if keep else None
-    Tm = torch.empty((NC, H, CHUNK, CHUNK), **f32) if keep else None
-    Akk = torch.empty((NC, H, CHUNK, CHUNK), **f32) if keep else None
-    states = torch.empty((NC, H, K, V), **f32) if keep else None
-    Rn = torch.empty((NC, H, 2 * CHUNK), **f32) if keep and config.l2n is L2Norm.fused else None
-    chunk["kda_fwd_chunk"](
-        (NC, H),
-        q,
-        k,
-        v,
-        beta32,
-        x,
-        A_log,
-        dt_bias,
-        layout.chunks,
-        Aqk,
-        W,
-        U,
-        Qg,
-        Kd,
-        gl,
-        G,  # G_out, T_out, Akk_out, R_out: written only when the backward will read them
-        Tm,
-        Akk,
-        Rn,
-        H,
-        int(config.beta_sigmoid),
-        config.scale,
-        float(config.lower_bound),
-    )
+    buf = st.buffers.carve(torch.float32, device)
+    Aqk, W, Qg, Kd, gl = (buf[n] for n in ("Aqk", "W", "Qg", "Kd", "gl"))
+    # U is read by the state pass only: its own allocation, freed when the forward returns
+    U = torch.empty((NC, H, CHUNK, V), dtype=torch.float32, device=device)
+    st.chunk(
+        (NC, H), q, k, v, beta32, x, A_log, dt_bias, layout.chunks, Aqk, W, U, Qg, Kd, gl,
+        buf["G"], buf["T"], buf["Akk"], buf["R"],  # written only when the backward will read them
+        H, int(config.beta_sigmoid), config.scale, float(config.lower_bound),
+    )  # fmt: skip
     o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device) if want_o else None
-    ht = torch.empty((N, H, K, V), **f32) if config.store_final_state and want_o else None
+    ht = (
+        torch.empty((N, H, K, V), dtype=torch.float32, device=device)
+        if config.store_final_state and want_o
+        else None
+    )
+    states = buf["states"]
     ops = (W, U, Qg, Kd, Aqk, gl, layout.chunks)
     M = None
     if not plan.any_split:
-        state["kda_fwd_state"](
+        st.state(
             (V // BV, H, N), *ops, layout.seq_chunks, plan.seq_precise, h0, o, ht, states, H,
             int(h0 is not None), int(ht is not None),
         )  # fmt: skip
     else:
-        local = loader.module(pkg, STATE_LOCAL, dev)["kda_fwd_state"]
-        combine = loader.module(pkg, COMBINE, dev)["kda_seg_combine"]
-        M = _segmented_state_pass(
-            state["kda_fwd_state"], local, combine, plan, ops, h0, o, ht, states, H
-        )
-    kept = dict(G=G, Aqk=Aqk, W=W, Qg=Qg, Kd=Kd, gl=gl, T=Tm, Akk=Akk, R=Rn, states=states)
-    saved = dict(kept, beta32=beta32) if keep else None
-    if saved is not None and M is not None:
+        M = _segmented_state_pass(st.state, st.local, st.combine, plan, ops, h0, o, ht, states, H)
+    if not keep:
+        return o, ht, None
+    saved = {n: buf[n] for n in ("G", "Aqk", "W", "Qg", "Kd", "gl", "T", "Akk", "R", "states")}
+    saved["beta32"] = beta32
+    if M is not None:
         saved["M"] = M
     return o, ht, saved
 

@@ -183,7 +183,7 @@ def _check_cu_seqlens(cu_seqlens: Any, cu_seqlens_cpu: Any, B: int, T: int) -> t
         or cu_seqlens_cpu.shape != cu_seqlens.shape
     ):
         raise ValueError("cu_seqlens_cpu must be a CPU tensor with cu_seqlens' shape")
-    cu = tuple(int(x) for x in source.tolist())
+    cu = tuple(source.tolist())  # Python ints
     if cu[0] != 0:
         raise ValueError(f"cu_seqlens must start at 0, got {cu[0]}")
     if any(b < a for a, b in zip(cu[:-1], cu[1:], strict=True)):
