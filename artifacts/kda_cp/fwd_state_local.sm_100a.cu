@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:005f2508376a0aa4212143b3274d5cfdb8c3e03d7013f2d683f49cdaf3bb4ffa
+// identity: sha256:9c598b02f95cd820f80bce4395ccd1056cecb62a41660b27ee0e51d448f9b9d2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

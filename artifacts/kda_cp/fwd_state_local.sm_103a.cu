@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:8dd8a45a072abfbecb43ef86362f35af7d55ebc83ef71235ced773796ab40b82
+// identity: sha256:2ec629fb98b6a0ebc55d04a7c84786bce70cbcca442a71495ec1797d15f90b6f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

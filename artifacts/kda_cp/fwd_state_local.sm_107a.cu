@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:ed16b487708133a78cc278fd78f563eb25ba801da099654811f70f19a2a55650
+// identity: sha256:34a4b375d0aecb6bb1e034ebf21d21f50060607605c97623e6780cc1a039710a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

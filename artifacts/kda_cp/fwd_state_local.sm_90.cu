@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:2c740b9a0d59464083bf0d2a5548b8dbc804d529ec96b5418bce6ded52b48fc4
+// identity: sha256:d3aa33c57f193b8fe2567e7a9df1ad3026748aa449c24b56fa850267955f73cd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:cb4f76250c4c9ff3be38afe576c79c5eaefbdad29113ccbe2a7c79148bc44a52
+// identity: sha256:1342f6ae63cd50367c4bd19ae966e66a9badcc14c0293d2075f0db1aff4706b6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -310,39 +310,50 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto pcol = [&](int x) { return 8 * (x >> 2) + t + 4 * (x & 1); };
     // Named barriers: warpgroup 0 / 1 internal, and warpgroup 0 -> 1 hand-offs of S^T and Vnew^T.
     constexpr int kBarWg0 = 1, kBarWg1 = 2, kFullS = 3, kEmptyS = 4, kFullV = 5, kEmptyV = 6;
+    // the local program's: chunk inputs landed; W / U and gl / Kd^T buffer free; states copy
+    // (a Kd^T buffer per id: warpgroup 0 frees each buffer every other chunk, so that it cannot
+    // arrive twice at one barrier before warpgroup 1 has synced once, which would complete the
+    // barrier without warpgroup 1 and deadlock the next phase)
+    constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kFullSt = 11, kEmptySt = 12, kEmptyK1 = 13;
+    float* Sf = St;  // local program: S^T in fp32 for warpgroup 1's state stores, [key][v ^ 8 (key & 3)]
+
+    // Chunk inputs of the chain (W, U, gl, Kd^T) are loaded by warpgroup 0 itself; in the local
+    // program (no O) warpgroup 1 issues them instead, and stores the chunk-start states, handing
+    // over through named barriers.
+    const int tw = tid & 127;  // within the warpgroup that issues the loads
+    // The cp.async pieces (address math once; pieces advance by whole 8-row groups, which keep
+    // every swizzle). W: rows ra + 4i (i = 0..15) of 128 floats, stored at row pkinv(row);
+    // Kd^T: rows rk + 8i; U: rows rk + 8i of this block's 64 columns.
+    const int ra = tw >> 5, ca = 4 * (tw & 31), rk = tw >> 4, ck = 4 * (tw & 15);
+    const int pra = 2 * (rk & 3) + (rk >> 2);  // pkinv(rk), rk < 8
+    const int sW0 = cake_wg_idx<64>(2 * ra, ca), sW1 = cake_wg_idx<64>(2 * ra + 1, ca);
+    const int gW = ra * 128 + ca;
+    const int sK = cake_wg_idx<128>(pra, ck), gK = rk * 64 + ck;
+    const int sU = at64(rk, tw & 15), gU = rk * 128 + vb * 64 + ck;
+    auto issue_w = [&](int ci) {  // W rows r = ra + 4i: pkinv(r) = 8 (i >> 1) + 2 ra + (i & 1)
+        const float* src = W + ((long long)ci * H + h) * 8192 + gW;
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+            cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);
+    };
+    auto issue_ug = [&](int ci) {
+        const long long wsi = (long long)ci * H + h;
+        if (!kLocal || U != nullptr)
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);
+        if (tw < 32) cake_cp_async16(Gs + 4 * tw, gl + wsi * 128 + 4 * tw, 16);
+    };
+    auto issue_k = [&](int ci) {  // Kd^T rows rk + 8i -> pk row pkinv(rk) + 8i
+        const float* src = Kd + ((long long)ci * H + h) * 8192 + gK;
+        float* dst = Ks + 8192 * ((ci - c0) & 1) + sK;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);
+    };
+
+    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
 
     if (wg == 0) {
-        const int tw = tid;  // 0..127
-        // The cp.async pieces (address math once; pieces advance by whole 8-row groups, which keep
-        // every swizzle). W: rows ra + 4i (i = 0..15) of 128 floats, stored at row pkinv(row);
-        // Kd^T: rows rk + 8i; U: rows rk + 8i of this block's 64 columns.
-        const int ra = tw >> 5, ca = 4 * (tw & 31), rk = tw >> 4, ck = 4 * (tw & 15);
-        const int pra = 2 * (rk & 3) + (rk >> 2);  // pkinv(rk), rk < 8
-        const int sW0 = cake_wg_idx<64>(2 * ra, ca), sW1 = cake_wg_idx<64>(2 * ra + 1, ca);
-        const int gW = ra * 128 + ca;
-        const int sK = cake_wg_idx<128>(pra, ck), gK = rk * 64 + ck;
-        const int sU = at64(rk, tw & 15), gU = rk * 128 + vb * 64 + ck;
-        auto issue_w = [&](int ci) {  // W rows r = ra + 4i: pkinv(r) = 8 (i >> 1) + 2 ra + (i & 1)
-            const float* src = W + ((long long)ci * H + h) * 8192 + gW;
-#pragma unroll
-            for (int i = 0; i < 16; ++i)
-                cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);
-        };
-        auto issue_ug = [&](int ci) {
-            const long long wsi = (long long)ci * H + h;
-            if (!kLocal || U != nullptr)
-#pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);
-            if (tw < 32) cake_cp_async16(Gs + 4 * tw, gl + wsi * 128 + 4 * tw, 16);
-        };
-        auto issue_k = [&](int ci) {  // Kd^T rows rk + 8i -> pk row pkinv(rk) + 8i
-            const float* src = Kd + ((long long)ci * H + h) * 8192 + gK;
-            float* dst = Ks + 8192 * ((ci - c0) & 1) + sK;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);
-        };
-
         float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf)
@@ -390,29 +401,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     *reinterpret_cast<float2*>(p + 8) = odd ? make_float2(r1, a[3]) : make_float2(a[2], r1);
                 }
         };
-        auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
 
-        if (kLocal && U == nullptr)
-            for (int j = tw; j < 64 * 64; j += 128) Us[j] = 0.f;  // visible after the loop's first barrier
-        if (nc > 1) prefetch_chunk(c0 + 1);
-        if (nc > 0) {
-            issue_k(c0);
-            issue_w(c0);
-            issue_ug(c0);
+        if (!kLocal) {
+            if (nc > 1) prefetch_chunk(c0 + 1);
+            if (nc > 0) {
+                issue_k(c0);
+                issue_w(c0);
+                issue_ug(c0);
+            }
+            cake_cp_async_commit();
         }
-        cake_cp_async_commit();
         frag_s();
 
 #pragma unroll 1
         for (int i = 0; i < nc; ++i) {
             const int ci = c0 + i;
             const float* Kc = Ks + 8192 * (i & 1);
-            if (i + 2 < nc) prefetch_chunk(ci + 2);
-            cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
-            cake_fence_proxy_async();  // cp.async data -> wgmma's reads
-            cake_bar_sync(kBarWg0, 128);
-            if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
-            cake_cp_async_commit();
+            if (kLocal) {
+                cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
+            } else {
+                if (i + 2 < nc) prefetch_chunk(ci + 2);
+                cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
+                cake_fence_proxy_async();  // cp.async data -> wgmma's reads
+                cake_bar_sync(kBarWg0, 128);
+                if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
+                cake_cp_async_commit();
+            }
 
             // Vnew^T = U^T - S^T W^T: acc = S^T W^T first (precise rows: hi, then lo).
             float VA[32];
@@ -438,7 +452,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 product_sw(1);
             }
             // While it runs: the chunk's start state out, and its TF32 copy for warpgroup 1.
-            if (states_out != nullptr) {  // precise rows: the shuffles slowed R2 by 13 % (session 10)
+            if (kLocal && states_out != nullptr) {  // warpgroup 1 stores them from an fp32 copy
+                if (split) cake_wgmma_wait<0>();  // (as for St below: not while the lo pass runs)
+                if (i > 0) cake_bar_sync(kEmptySt, 256);
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                    for (int x = 0; x < 32; ++x) {
+                        const int d = 64 * hf + pcol(x);
+                        Sf[d * 64 + (row_of(x) ^ ((d & 3) << 3))] = ST[hf][x];
+                    }
+                cake_bar_arrive(kFullSt, 256);
+            } else if (states_out != nullptr) {  // precise rows: the shuffles slowed R2 by 13 % (session 10)
                 float* dst = states_out + ((long long)ci * H + h) * 16384 + vb * 64;
                 if (split) store_global(dst);
                 else store_states(dst);
@@ -459,8 +484,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 cake_bar_arrive(kFullS, 256);
             }
             cake_wgmma_wait<0>();
-            cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
-            if (i + 1 < nc) issue_w(ci + 1);
+            if (kLocal) {
+                if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
+            } else {
+                cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
+                if (i + 1 < nc) issue_w(ci + 1);
+            }
 
             // Vnew and its A fragments (hi; precise rows: then lo, a second pass), S^T scaled by gl.
             unsigned int FV[32];
@@ -500,18 +529,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             product_vk(FV);
             if (split) product_vk(FV2);
             cake_wgmma_commit();
-            cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
-            if (i + 1 < nc) issue_ug(ci + 1);
-            cake_cp_async_commit();
+            if (kLocal) {
+                if (i + 1 < nc) cake_bar_arrive(kEmptyUG, 256);  // this warp's reads of Us and Gs are done
+            } else {
+                cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
+                if (i + 1 < nc) issue_ug(ci + 1);
+                cake_cp_async_commit();
+            }
             cake_wgmma_wait<0>();
+            if (kLocal && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
             frag_s();
         }
-        cake_cp_async_wait<0>();
+        if (!kLocal) cake_cp_async_wait<0>();
         if (store_ht) store_global(ht + state_base);
     } else if (!kLocal) {
         // ---- warpgroup 1: O = Qg S + Aqk Vnew (rows = tokens, columns = this block's values).
-        const int tw = tid - 128;
-        const int ra = tw >> 5, ca = 4 * (tw & 31), rk = tw >> 4, ck = 4 * (tw & 15);
         const int sQ0 = cake_wg_idx<64>(ra, ca), sQ1 = cake_wg_idx<64>(ra + 4, ca), gQ = ra * 128 + ca;
         const int sA = cake_wg_idx<64>(rk, ck), gA = rk * 64 + ck;
         auto issue_q = [&](int ci) {  // Qg rows ra + 4i
@@ -576,5 +608,53 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             }
         }
         cake_cp_async_wait<0>();
+    } else {
+        // ---- warpgroup 1 of the local program: the chain's loads a chunk ahead (Kd^T two) and
+        // the chunk-start states from warpgroup 0's fp32 copy (whole 16-byte pieces of a key row).
+        auto land = [&]() {  // this thread's copies landed, visible to wgmma, then announced
+            cake_cp_async_commit();
+            cake_cp_async_wait<0>();
+            cake_fence_proxy_async();
+            cake_bar_arrive(kFullL, 256);
+        };
+        if (U == nullptr)
+            for (int j = tw; j < 64 * 64; j += 128) Us[j] = 0.f;  // published by the first kFullL
+        if (nc > 1) prefetch_chunk(c0 + 1);
+        if (nc > 0) {
+            issue_k(c0);
+            if (nc > 1) issue_k(c0 + 1);
+            issue_w(c0);
+            issue_ug(c0);
+            land();
+        }
+        const int sr = tw >> 4, sc = 4 * (tw & 15);  // key rows sr + 8 k, values sc..sc+3
+#pragma unroll 1
+        for (int i = 0; i < nc; ++i) {
+            const int ci = c0 + i;
+            if (i + 2 < nc) prefetch_chunk(ci + 2);
+            if (states_out != nullptr) {
+                cake_bar_sync(kFullSt, 256);
+                float* dst = states_out + ((long long)ci * H + h) * 16384 + vb * 64 + sc;
+#pragma unroll
+                for (int k = 0; k < 16; ++k) {
+                    const int d = sr + 8 * k;
+                    *reinterpret_cast<float4*>(dst + (long long)d * 128) =
+                        *reinterpret_cast<const float4*>(Sf + d * 64 + (sc ^ ((d & 3) << 3)));
+                }
+                if (i + 1 < nc) cake_bar_arrive(kEmptySt, 256);
+            }
+            if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
+                cake_bar_sync(kEmptyW, 256);
+                issue_w(ci + 1);
+                cake_bar_sync(kEmptyUG, 256);
+                issue_ug(ci + 1);
+                land();
+            }
+            if (i + 2 < nc) {  // Kd^T of chunk i+2, into chunk i's buffer once its product is done
+                cake_bar_sync((i & 1) ? kEmptyK1 : kEmptyK0, 256);
+                issue_k(ci + 2);
+                cake_cp_async_commit();
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:30aeccadbff17805e631e4f9480608a05102e13abb2a5e01897e45ed26a9372a
+// identity: sha256:a6166402143fc23b36300f2b43d5ef43db973cc136e7498a1ab848c896b3fa8f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

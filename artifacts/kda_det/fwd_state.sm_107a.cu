@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:2150e421c65f30eb9fc527d1e748aa45b36937e661d9b4d07380b9169137c667
+// identity: sha256:395d4fb35e635e07ad34670c3236072b6a9ddbb8c784ecb02408f70fb0667230
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

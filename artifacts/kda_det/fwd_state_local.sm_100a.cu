@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:a1375d948d68ef1f77bbea91a8e5a70277d9ce5e39f1a0a60ef49374e5e7b3d6
+// identity: sha256:e3bc191858261e3d4b2b0df9e6ba5c53fea98c2767124c66079a901aced0c03b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

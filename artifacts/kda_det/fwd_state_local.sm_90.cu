@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:0577f94cb782634fb2672fa12c2465e026427f9e521124a33941eea6e8a660b2
+// identity: sha256:7aaa81e1f9a94dfbfc6dbc176067e3efbe9532263f3a54c2908d664a6d520f15
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
