@@ -35,36 +35,47 @@ NO_LOAD = [
 ]
 
 # fwd_state's serial chain alone: no loads, no state or o stores
-CHAIN = NO_LOAD + [
-    ("if (states_out != nullptr) store_global(", "if (false) store_global("),
+NO_STATES = [("if (states_out != nullptr) {  // precise rows", "if (false) {  // precise rows")]
+NO_O = [
     (
         "if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
         "if (false) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
-    ),
+    )
 ]
+NO_WGMMA = [
+    ("NOOP:", "#define cake_wgmma_n64(...) ((void)0)"),
+    ("NOOP:", "#define cake_wgmma_n64_rs(...) ((void)0)"),
+]
+CHAIN = NO_LOAD + NO_STATES + NO_O
 
 # per program (package-independent name), ablation name -> replacements
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
         "noload": NO_LOAD,
-        "nostates": [("if (states_out != nullptr) store_global(", "if (false) store_global(")],
-        "noo": [
+        "nostates": NO_STATES,
+        "noo": NO_O,
+        "nowgmma": NO_WGMMA,
+        "chain": CHAIN,
+        # the chain without one of its parts (what each costs of the serial path per chunk):
+        # its hand-offs to warpgroup 1 (named barriers), its products, its copies of S^T / Vnew^T
+        "chain-nobar": CHAIN
+        + [
+            ("NOOP:", "#define cake_bar_sync(i, n) ((void)0)"),
+            ("NOOP:", "#define cake_bar_arrive(i, n) ((void)0)"),
+        ],
+        "chain-nowgmma": CHAIN + NO_WGMMA,
+        "chain-nostst": CHAIN
+        + [
             (
-                "if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
-                "if (false) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
+                "St[cake_wg_idx<64>(row_of(x), 64 * hf + pcol(x))] =",
+                "if (0) St[cake_wg_idx<64>(row_of(x), 64 * hf + pcol(x))] =",
             )
         ],
-        "nowgmma": [("NOOP:", "#define cake_wgmma_n64(...) ((void)0)")],
-        "chain": CHAIN,
-        # the chain without one of its parts (what each costs of the serial path per chunk)
-        "chain-nobar": CHAIN + [("__syncthreads();", ";")],
-        "chain-nowgmma": CHAIN + [("NOOP:", "#define cake_wgmma_n64(...) ((void)0)")],
-        "chain-nostst": CHAIN + [("store_st();", ";")],
         "chain-novnew": CHAIN
         + [
             (
-                "split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok)",
-                "if (0) split_store(split, Vt, Vt2, cake_wg_idx<64>(v, tok)",
+                "Vt[cake_wg_idx<64>(row_of(x), pcol(x))] =",
+                "if (0) Vt[cake_wg_idx<64>(row_of(x), pcol(x))] =",
             )
         ],
     },
