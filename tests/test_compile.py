@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
+import shutil
 import struct
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -136,6 +139,120 @@ def test_program_compiles(entry: Entry, compiles: dict[str, Future[Compiled]]) -
         or "wgmma.wait_group is injected" in line
     ]
     assert not serialized, serialized
+
+
+def nvdisasm() -> str | None:
+    """nvdisasm from the nvidia-cuda-nvdisasm wheel (a dev dependency), else from PATH."""
+    try:
+        import nvidia
+
+        for root in nvidia.__path__:
+            for found in sorted(Path(root).glob("*/bin/nvdisasm")):
+                return str(found)
+    except ImportError:
+        pass
+    return shutil.which("nvdisasm")
+
+
+def sass_lines(cubin: bytes, tmp: Path) -> list[str]:
+    tool = nvdisasm()
+    if tool is None:
+        pytest.skip("no nvdisasm (pip install nvidia-cuda-nvdisasm)")
+    path = tmp / "k.cubin"
+    path.write_bytes(cubin)
+    text = subprocess.run(
+        [tool, "-c", str(path)], capture_output=True, text=True, check=True
+    ).stdout
+    return [
+        re.sub(r"/\*[0-9a-f]+\*/", "", ln).strip().rstrip(";").strip()
+        for ln in text.splitlines()
+        if ln.strip().startswith("/*")
+    ]
+
+
+_NOT_A_WRITE = (
+    "ST",
+    "RED",
+    "ATOM",
+    "BAR",
+    "BRA",
+    "EXIT",
+    "RET",
+    "CALL",
+    "BSYNC",
+    "BSSY",
+    "WARPSYNC",
+    "NOP",
+    "YIELD",
+    "DEPBAR",
+    "MEMBAR",
+    "FENCE",
+    "ERRBAR",
+    "CCTL",
+    "SYNCS",
+    "UTMA",
+    "WARPGROUP",
+)
+
+
+def register_a_hazards(lines: list[str]) -> list[str]:
+    """Instructions that write a register while an HGMMA that reads it as its A operand may still
+    be in flight (issued, no `WARPGROUP.DEPBAR.LE gsb0, 0x0` since), in listing order. The tensor
+    cores read register A operands asynchronously, but ptxas may give their registers to new
+    values once the PTX no longer uses them: kda_fwd_state's copy of S^T, stored while the lo pass
+    ran, landed in the lo pass's A registers and gave a wrong o on the H200 (docs/notes.md,
+    session 10). A linear scan of the listing: branches are not followed."""
+    inflight: dict[int, str] = {}
+    found = []
+    for line in lines:
+        words = line.split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        if not words:
+            continue
+        op, operands = words[0], " ".join(words[1:]).split(",")
+        first = operands[0].strip() if operands else ""
+        if op.startswith("HGMMA"):
+            a = re.match(r"R(\d+)$", operands[1].strip()) if len(operands) > 1 else None
+            if a:
+                for r in range(int(a.group(1)), int(a.group(1)) + 4):
+                    inflight[r] = line
+            continue
+        if op.startswith("WARPGROUP.DEPBAR") and line.rstrip().endswith("0x0"):
+            inflight.clear()
+            continue
+        dest = re.match(r"R(\d+)$", first)
+        if dest is None or op.startswith(_NOT_A_WRITE):
+            continue
+        width = 4 if ".128" in op else 2 if (".64" in op or ".WIDE" in op) else 1
+        hit = [r for r in range(int(dest.group(1)), int(dest.group(1)) + width) if r in inflight]
+        if hit:
+            found.append(f"{line}  (A operand of: {inflight[hit[0]]})")
+    return found
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [e for e in ENTRIES if e.arch == Arch.sm_90a and "state" in e.program],
+    ids=lambda e: e.program,
+)
+def test_no_register_a_operand_is_overwritten_in_flight(entry: Entry, tmp_path: Path) -> None:
+    require_nvrtc()
+    compiled = _compile(str(REPO / entry.source), entry.arch, entry.program)
+    assert register_a_hazards(sass_lines(compiled.cubin, tmp_path)) == []
+
+
+def test_register_a_hazard_is_found(tmp_path: Path) -> None:
+    """kda_fwd_state with the wait before warpgroup 1's copy of S^T removed (precise rows store it
+    while the lo pass runs): ptxas reuses the lo pass's A registers for the copy's conversions."""
+    require_nvrtc()
+    entry = next(e for e in ENTRIES if e.program == "kda_det.fwd_state.sm_90a")
+    source = (REPO / entry.source).read_text()
+    wait = "                if (split) cake_wgmma_wait<0>();\n                if (i > 0) cake_bar_sync(kEmptyS, 256);"
+    assert wait in source, "update the test: the template changed"
+    planted = source.replace(wait, "                if (i > 0) cake_bar_sync(kEmptyS, 256);")
+    compiled = compile_source(planted, entry.arch, entry.program)
+    assert register_a_hazards(sass_lines(compiled.cubin, tmp_path)) != []
 
 
 def test_flags_make_a_cubin_with_a_resource_report() -> None:

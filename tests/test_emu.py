@@ -384,7 +384,7 @@ def test_missing_named_barrier_reads_poison():
 @needs_cxx
 def test_operand_that_is_not_tf32_is_reported():
     """kda_fwd_state (sm_90a) handing S's raw fp32 bits to the tensor cores as a register A operand
-    instead of TF32(S): refused (the H200 does not read such bits as truncated TF32)."""
+    instead of TF32(S): refused (what the tensor cores do with such bits is not modelled)."""
     inp, _, _ = case_inputs(CASES["g-mixed-off"])
     planted = Mutated(
         "fwd_state",

@@ -48,6 +48,11 @@ NO_WGMMA = [
 ]
 CHAIN = NO_LOAD + NO_STATES + NO_O
 
+# kda_bwd_state's: without its dS_end / dVn stores, and its chain alone (no loads, no stores)
+BWD_NO_STATES = [("if (dS_end != nullptr) store_global(", "if (false) store_global(")]
+BWD_NO_DVN = [("if (dVn != nullptr && (x & 1) == 0)", "if (false)")]
+BWD_CHAIN = NO_LOAD + BWD_NO_STATES + BWD_NO_DVN
+
 # per program (package-independent name), ablation name -> replacements
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
@@ -119,7 +124,25 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     "bwd_state.sm_90a": {
         "noload": NO_LOAD,
-        "nostates": [("if (dS_end != nullptr) store_global(", "if (false) store_global(")],
+        "nostates": BWD_NO_STATES,
+        "nodvn": BWD_NO_DVN,
+        # its serial chain alone, then without one of its parts (how much a register chain, as
+        # kda_fwd_state's since session 10, could take off: docs/notes.md, next session)
+        "chain": BWD_CHAIN,
+        "chain-nobar": BWD_CHAIN + [("__syncthreads();", ";")],
+        "chain-nowgmma": BWD_CHAIN
+        + [
+            ("NOOP:", "#define cake_wgmma_n64_rs(...) ((void)0)"),
+            ("NOOP:", "#define cake_wgmma_n32_rs(...) ((void)0)"),
+        ],
+        "chain-nostst": BWD_CHAIN + [("store_st();", ";")],
+        "chain-novt": BWD_CHAIN
+        + [
+            (
+                "Vt[cake_wg_idx<64>(v, tok)] = -rtf32(",
+                "if (0) Vt[cake_wg_idx<64>(v, tok)] = -rtf32(",
+            )
+        ],
     },
     "bwd_chunk.gate-g.l2n-off.sm_90a": {
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],

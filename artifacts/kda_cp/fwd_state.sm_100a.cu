@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:675055d4bfb9906ea447ba94d946b02d5d3e873700849075387d733b24d2732f
+// identity: sha256:b72e7f6968a71fa8ae44ab845e3ef967c71aee93a6ae0ea33f966d757fa8d746
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:54b946ac3170e13e1064edae71255e70f19c884ccbbe5b692caf0a927cc7d1a8
+// identity: sha256:5730102803a3f8f777b00fc96e2263ccdba64fd96215f68133d0fc87ac18f28c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

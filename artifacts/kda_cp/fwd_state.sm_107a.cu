@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:1bbb2ffd5534a5961e241c579be9dab41b59daba8aba2a7a49a16c0eb2444acf
+// identity: sha256:2b76b1efb7c97f0808eb1b4695440df8e5cc5b1db28e6ad7f9ce098deb57144b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:1fe7fd39f5e9f368bf8b7aa6cb5e67cfc4e21aa46b860d9faa54538c1fda7a5e
+// identity: sha256:693836e9e81065783a0456f199414db54b611b80c3641b1679395d2be829e293
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

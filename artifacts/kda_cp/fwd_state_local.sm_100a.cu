@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:9c598b02f95cd820f80bce4395ccd1056cecb62a41660b27ee0e51d448f9b9d2
+// identity: sha256:a0b0c753bb58ee5e7d6594534d3c0b092c45909f2e77970ce6cdd26faa670657
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

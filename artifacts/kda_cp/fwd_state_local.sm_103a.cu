@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:2ec629fb98b6a0ebc55d04a7c84786bce70cbcca442a71495ec1797d15f90b6f
+// identity: sha256:f066315abf2bca3924bb589fe81f171a38b550e5b013fb6755f7d919a8934c5f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:34a4b375d0aecb6bb1e034ebf21d21f50060607605c97623e6780cc1a039710a
+// identity: sha256:255894c3a963f22a96267e3a73a1a45603761f2ff06efac53d9c4bb502717513
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

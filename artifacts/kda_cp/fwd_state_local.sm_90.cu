@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:d3aa33c57f193b8fe2567e7a9df1ad3026748aa449c24b56fa850267955f73cd
+// identity: sha256:87cd89df2bee045c714b94df06873fd32153b9cabeb7c3fb21292c6cad2366d6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:e94394508ad75df980c105d771d87e037593bb17f9611aa63bcfba13b30eba18
+// identity: sha256:2ac71d6b078d36a74b0fd0375f4ccec82479ad4505fe679c6976d8b032437bfc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:a6166402143fc23b36300f2b43d5ef43db973cc136e7498a1ab848c896b3fa8f
+// identity: sha256:e00792cd8a8f367a15ad823711cf2360449aacc50bc6e77ddad562bf1a4648cc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:395d4fb35e635e07ad34670c3236072b6a9ddbb8c784ecb02408f70fb0667230
+// identity: sha256:61d63598bfc0b8a166e3b573daef53489fdc34f7e8501efa8b39cf6c229d1733
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:26859ad14a66585616b107758c67b9522ceb0b4cd783c79e4746499980aad586
+// identity: sha256:c30f5a0ec8507063effa55a9c8dfcb1f3a4afcbee412f93b51891b3a79424622
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:e3bc191858261e3d4b2b0df9e6ba5c53fea98c2767124c66079a901aced0c03b
+// identity: sha256:dd6e7139cfab5e8427cf751e6607b0e81e9608389841cff75575ebb11ea27c9a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:7486b4f297fa1931ed91d2a38d78c749344feba140cda48c28defdcecde24507
+// identity: sha256:da5afe011fadb86c4f0b08592530ad04e00db5f961d28006cc0e3b4aa55ca399
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

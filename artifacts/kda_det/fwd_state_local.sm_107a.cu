@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:7a263bfc0871e014b47855cc9cb329dc73c801f1e9bb02e97d766485d4c138d9
+// identity: sha256:6255fd075cefa60f494c8be597d37fe073752b8a727f9cb5437c7bd54c020b6b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

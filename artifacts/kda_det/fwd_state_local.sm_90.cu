@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:7aaa81e1f9a94dfbfc6dbc176067e3efbe9532263f3a54c2908d664a6d520f15
+// identity: sha256:6737c1e9ab02fb5c3f4a63f64be02f5d5be2270ec5a6aec09ab6c51425ccb6b8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:59cd21188fe6e234f4e9141f09ab3b541bf3561a937946ff09a3d1a794a23ce9
+// identity: sha256:cbd2dbffaec63be1d20a7f17710cfa44bacc2ad6e17ffff7072b1a803f2f24c3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -469,10 +469,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 else store_states(dst);
             }
             if (!kLocal) {
-                // Precise rows: S^T's copy only once the lo pass is done. Stored while it ran, o came
-                // out wrong and irreproducible on the H200 (not under the emulator; the cause is
-                // not identified: docs/notes.md, session 10). The hi-only rows overlap it safely
-                // (bitwise equal to the previous program).
+                // Precise rows: S^T's copy only once the lo pass is done. Stored while it ran, ptxas
+                // gave the copy's conversions the registers of the lo pass's A operands, still
+                // being read by the tensor cores: o came out wrong on the H200 (docs/notes.md,
+                // session 10; tests/test_compile.py scans the SASS for such writes). The hi-only
+                // rows overlap it safely: their A registers stay live (the copy reads them).
                 if (split) cake_wgmma_wait<0>();
                 if (i > 0) cake_bar_sync(kEmptyS, 256);  // warpgroup 1's Qg S of chunk i-1 is done
 #pragma unroll

