@@ -31,6 +31,9 @@ def _compile(path: str, arch: Arch, name: str) -> Compiled:
     return compile_source(Path(path).read_text(), arch, name)
 
 
+USES_POOL = ("test_program_compiles", "test_no_register_a_operand_is_overwritten_in_flight")
+
+
 @pytest.fixture(scope="session")
 def compiles(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[Compiled]]]:
     """Submit every program selected in this session to a pool at once; each test waits for its
@@ -39,7 +42,7 @@ def compiles(request: pytest.FixtureRequest) -> Iterator[dict[str, Future[Compil
     wanted = {
         item.callspec.params["entry"].program  # type: ignore[attr-defined]
         for item in request.session.items
-        if getattr(item, "originalname", "") == "test_program_compiles"
+        if getattr(item, "originalname", "") in USES_POOL
     }
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=context) as pool:
@@ -236,9 +239,10 @@ def register_a_hazards(lines: list[str]) -> list[str]:
     [e for e in ENTRIES if e.arch == Arch.sm_90a and "state" in e.program],
     ids=lambda e: e.program,
 )
-def test_no_register_a_operand_is_overwritten_in_flight(entry: Entry, tmp_path: Path) -> None:
-    require_nvrtc()
-    compiled = _compile(str(REPO / entry.source), entry.arch, entry.program)
+def test_no_register_a_operand_is_overwritten_in_flight(
+    entry: Entry, compiles: dict[str, Future[Compiled]], tmp_path: Path
+) -> None:
+    compiled = compiles[entry.program].result()  # the session's compile, shared
     assert register_a_hazards(sass_lines(compiled.cubin, tmp_path)) == []
 
 

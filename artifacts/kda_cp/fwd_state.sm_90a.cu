@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:a263136888290b9935d3201054df91e0d7d86379470d5e25de18ff403035577c
+// identity: sha256:4cbf7383cea6c69bc97803bf94d5206ff11d39cc139713ffa408266c39672427
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -217,35 +217,8 @@ constexpr bool kLocal = false;
 // mma-fragment reads (lane (g, t) -> row g, chunk c0 + t) are conflict-free; rows 0, 2, 4, 6 take
 // distinct even values, so the transposed scalar stores of S and Vnew are conflict-free too.
 __device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
-__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
 __device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
-__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
 __device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
-
-__device__ __forceinline__ float4 ld4(const float* s, int idx) {
-    return *reinterpret_cast<const float4*>(s + idx);
-}
-
-// A 16x8 (rows) by 16-deep (two k8 steps) product step. Lane (g, t) holds reduction indices
-// 4t..4t+3 of the 16: the first mma takes 4t, 4t+1, the second 4t+2, 4t+3 (same map for A and B).
-// Every operand in shared memory is already TF32 (kda_fwd_chunk rounds W, Qg, Kd, Aqk; this
-// kernel rounds S and Vnew when it stores them), so the bits go to the tensor cores unconverted.
-__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi,
-                                        const float4& b) {
-    cake_mma_tf32(d, __float_as_uint(a_lo.x), __float_as_uint(a_hi.x), __float_as_uint(a_lo.y),
-                  __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));
-    cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),
-                  __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
-}
-
-__device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
-
-// hi = TF32(x) to `a`; with `split`, also lo = TF32(x - hi) to `b` (x = hi + lo to ~2^-22).
-__device__ __forceinline__ void split_store(bool split, float* a, float* b, int idx, float x) {
-    const float hi = rtf32(x);
-    a[idx] = hi;
-    if (split) b[idx] = rtf32(x - hi);
-}
 
 // Chunk wsi's inputs into L2 (128-byte lines, the two value blocks vb of a head taking every other
 // one): W, U, Qg, Kd (256 lines each), Aqk (128), gl (4); the local program skips Qg and Aqk, and U

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:a0b0c753bb58ee5e7d6594534d3c0b092c45909f2e77970ce6cdd26faa670657
+// identity: sha256:f3ccad3fd34e54b48514ee7099ebacffcf149361bc220a2fa6347e6f911e97bb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -98,10 +98,11 @@ constexpr bool kLocal = true;
 // mma-fragment reads (lane (g, t) -> row g, chunk c0 + t) are conflict-free; rows 0, 2, 4, 6 take
 // distinct even values, so the transposed scalar stores of S and Vnew are conflict-free too.
 __device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
-__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
 __device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
-__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
 __device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
+// The mma.sync program's own helpers (the sm_90a program has its operands on wgmma).
+__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
+__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
 
 __device__ __forceinline__ float4 ld4(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

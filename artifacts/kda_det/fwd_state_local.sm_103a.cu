@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:da5afe011fadb86c4f0b08592530ad04e00db5f961d28006cc0e3b4aa55ca399
+// identity: sha256:1b287b19c29bbd5f2ce5232f205ded50d8798b360c2423b6bab5e5be3604411c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -98,10 +98,11 @@ constexpr bool kLocal = true;
 // mma-fragment reads (lane (g, t) -> row g, chunk c0 + t) are conflict-free; rows 0, 2, 4, 6 take
 // distinct even values, so the transposed scalar stores of S and Vnew are conflict-free too.
 __device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
-__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
 __device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
-__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
 __device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
+// The mma.sync program's own helpers (the sm_90a program has its operands on wgmma).
+__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
+__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
 
 __device__ __forceinline__ float4 ld4(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:6737c1e9ab02fb5c3f4a63f64be02f5d5be2270ec5a6aec09ab6c51425ccb6b8
+// identity: sha256:7c230d517fbfe2472000b26388d6bafce03ac211043d47571bad7a9b7e1f9b97
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -98,10 +98,11 @@ constexpr bool kLocal = true;
 // mma-fragment reads (lane (g, t) -> row g, chunk c0 + t) are conflict-free; rows 0, 2, 4, 6 take
 // distinct even values, so the transposed scalar stores of S and Vnew are conflict-free too.
 __device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
-__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
 __device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
-__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
 __device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
+// The mma.sync program's own helpers (the sm_90a program has its operands on wgmma).
+__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
+__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
 
 __device__ __forceinline__ float4 ld4(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);
