@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:eb87aedd59a60f0d02594eddaf9af99992e39e4749c7b1f59f04596097a3b5b8
+// identity: sha256:876bf07571ce23dfbb7488131381da6dbd88e9da2738eaa9775f878dd443975a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

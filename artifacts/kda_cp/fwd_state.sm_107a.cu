@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:ea95be6ca7e79efecf65a9c58b17aa2c4a5edf19cccbbcbe6d9fac7116251e91
+// identity: sha256:f78488af8f640df1c187fe509fe8545d5d500860c78aa349d959236d9aef2347
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

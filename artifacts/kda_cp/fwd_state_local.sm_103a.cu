@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:a4c7e5cbee97784725d35e9a52041b4bbbb5e00cf884771bc0fd057c546e2a6a
+// identity: sha256:aa3bbb7ce0c8f8ac3f540b9f2879e80e4ae0be62b9c6342a1336de8b470593fe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:0717fb5c4914a9b7030cfe3a5f0e74670ed49ef51c902c4a8da8381f27d56498
+// identity: sha256:a85ef4d1c1dbe79b8969069af7313f45aa3ac8a4b7ca03527e34b52c4ade5b31
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:80aeb71c6c477b348191e34ea008d31cdfc7bd05a428cea7051a247b768019f6
+// identity: sha256:c1f871b2bbe790dd6bc09fa925c3bfb53530fd4c708eaaba7961292862538490
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

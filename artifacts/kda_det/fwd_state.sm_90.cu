@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:4f22dc766b3e4095ca84e611770f64499fa1edef53cd968ccdd0c994d7c7dea0
+// identity: sha256:abe6bb25fab15b6b2065fd1bbca11f5a63723666ccf91e89aceffa3c47aee2bc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:bb2fc87afd10027dad4e1faafb9fe5c990e2c240cd1c6bdca4f8477f0ba5f8e2
+// identity: sha256:e65ec98425fea97ea8610f0a1ed3025fbcb57cad0427f857963bc0f9265c6604
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:1b287b19c29bbd5f2ce5232f205ded50d8798b360c2423b6bab5e5be3604411c
+// identity: sha256:7969880110675428bc55875e8d304e00641b128f4d6846f13031baaf13763d3a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

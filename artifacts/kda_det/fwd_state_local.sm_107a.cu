@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:5974a7e8f64f9554999828155600cb44a261004d52240b7dae6ff9ac2ebc574a
+// identity: sha256:55aa6f21e6241c4cb4a8996d3bcdbbe130b37d7d96045f577e3467e51a425c48
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

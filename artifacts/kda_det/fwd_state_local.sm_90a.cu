@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:b905b67aaa7530f0905463fd33398becea3f5976025eee2daa220fb63156dc58
+// identity: sha256:ca6f1b1d9000add008ff36854b04ba64f905a0d66168793b1deb2b5767fad344
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -286,7 +286,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // the local program's: chunk inputs landed; W / U and gl / Kd^T buffer free; states copy
     // (a Kd^T buffer per id: warpgroup 0 frees each buffer every other chunk, so that it cannot
     // arrive twice at one barrier before warpgroup 1 has synced once, which would complete the
-    // barrier without warpgroup 1 and deadlock the next phase)
+    // barrier without warpgroup 1 and deadlock the next phase). The states copy Sf is read by
+    // warpgroup 1's own loads (not by wgmma), so both warpgroups sync at kFullSt / kEmptySt:
+    // compute-sanitizer's racecheck does not order accesses through bar.arrive -> bar.sync and
+    // reports a correct one-way hand-off as a race (tools probe, docs/notes.md session 11); warpgroup
+    // 1 waits at them anyway, and warpgroup 0 finds it there.
     constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kFullSt = 11, kEmptySt = 12, kEmptyK1 = 13;
     float* Sf = St;  // local program: S^T in fp32 for warpgroup 1's state stores, [key][v ^ 8 (key & 3)]
 
@@ -326,6 +330,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
 
+    if (kLocal && U == nullptr) {  // the transition pass: U = 0, never loaded
+        for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;
+        __syncthreads();  // (a block barrier, not a hand-off: racecheck follows it)
+    }
     if (wg == 0) {
         float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
 #pragma unroll
@@ -435,7 +443,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                         const int d = 64 * hf + pcol(x);
                         Sf[d * 64 + (row_of(x) ^ ((d & 3) << 3))] = ST[hf][x];
                     }
-                cake_bar_arrive(kFullSt, 256);
+                cake_bar_sync(kFullSt, 256);
             } else if (states_out != nullptr) {  // precise rows: the shuffles slowed R2 by 13 % (session 10)
                 float* dst = states_out + ((long long)ci * H + h) * 16384 + vb * 64;
                 if (split) store_global(dst);
@@ -591,8 +599,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_fence_proxy_async();
             cake_bar_arrive(kFullL, 256);
         };
-        if (U == nullptr)
-            for (int j = tw; j < 64 * 64; j += 128) Us[j] = 0.f;  // published by the first kFullL
         if (nc > 1) prefetch_chunk(c0 + 1);
         if (nc > 0) {
             issue_k(c0);
@@ -615,7 +621,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     *reinterpret_cast<float4*>(dst + (long long)d * 128) =
                         *reinterpret_cast<const float4*>(Sf + d * 64 + (sc ^ ((d & 3) << 3)));
                 }
-                if (i + 1 < nc) cake_bar_arrive(kEmptySt, 256);
             }
             if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
                 cake_bar_sync(kEmptyW, 256);
@@ -629,6 +634,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 issue_k(ci + 2);
                 cake_cp_async_commit();
             }
+            // Sf free again: a sync on both sides, after this chunk's loads (warpgroup 0 reaches
+            // its side only after the next chunk's inputs have landed)
+            if (states_out != nullptr && i + 1 < nc) cake_bar_sync(kEmptySt, 256);
         }
     }
 }
