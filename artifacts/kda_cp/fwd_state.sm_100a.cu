@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:876bf07571ce23dfbb7488131381da6dbd88e9da2738eaa9775f878dd443975a
+// identity: sha256:ca3b8424ce942d25b3e04cdcb116acd61df1361df7a51cbd4c99570320929c3f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

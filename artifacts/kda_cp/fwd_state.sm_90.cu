@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:d6a5588df7ec10bb4e82a1a5f5e3c02d99de5f7c3676d7a47675cb42cc1a43ce
+// identity: sha256:9e88dc54d29360d87e49296124f8201af3a7bcc4113626414ad830ca4a0f7bfe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:751941af70af4953574cea2069a73afa5cbf1a957726715dbdcf87bb9cf235d3
+// identity: sha256:613c427e7dcc6007579d9157833d85f71aeddc0d754b48af59b1bfb6d74120da
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

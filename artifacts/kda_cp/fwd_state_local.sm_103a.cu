@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:aa3bbb7ce0c8f8ac3f540b9f2879e80e4ae0be62b9c6342a1336de8b470593fe
+// identity: sha256:2d047803feabaaaa2debb0e0fb27356d010f6ba21158ce996f5bf83290cccf63
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:afe04b6ec7a361487d49d97f9d217df4b3382f3a50d5b3018fb6e6668703078d
+// identity: sha256:5dd5c3962f7f72061e186ce0b3f5542e00520b2c95d7301a398d8a73ba3c8ebb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

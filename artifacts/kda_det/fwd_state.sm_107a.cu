@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:c1f871b2bbe790dd6bc09fa925c3bfb53530fd4c708eaaba7961292862538490
+// identity: sha256:a33dabe1960d1e28481a4b3cb41b0d0578e42f0c4abb2333493794251c177130
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

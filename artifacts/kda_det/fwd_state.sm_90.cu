@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:abe6bb25fab15b6b2065fd1bbca11f5a63723666ccf91e89aceffa3c47aee2bc
+// identity: sha256:394a5d15696a090c2a23683287414a43a89c523a3da443be34fc3a934d7a4cf4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:b9543c9a3ce5d47e175b66b4a4fb52075f7357dfb49f9f3dfa4c18a2667bc229
+// identity: sha256:af71d7e123b42b2b914a4028f77ae7c94ac11713a18daa9388817757e6cc29fe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -289,7 +289,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // barrier without warpgroup 1 and deadlock the next phase). The states copy Sf is read by
     // warpgroup 1's own loads (not by wgmma), so both warpgroups sync at kFullSt / kEmptySt:
     // compute-sanitizer's racecheck does not order accesses through bar.arrive -> bar.sync and
-    // reports a correct one-way hand-off as a race (tools probe, docs/notes.md session 11); warpgroup
+    // reports a correct one-way hand-off as a race (a probe, docs/notes.md session 11); warpgroup
     // 1 waits at them anyway, and warpgroup 0 finds it there.
     constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kFullSt = 11, kEmptySt = 12, kEmptyK1 = 13;
     float* Sf = St;  // local program: S^T in fp32 for warpgroup 1's state stores, [key][v ^ 8 (key & 3)]
@@ -330,10 +330,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
 
-    if (kLocal && U == nullptr) {  // the transition pass: U = 0, never loaded
-        for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;
-        __syncthreads();  // (a block barrier, not a hand-off: racecheck follows it)
-    }
     if (wg == 0) {
         float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
 #pragma unroll
@@ -593,19 +589,22 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     } else {
         // ---- warpgroup 1 of the local program: the chain's loads a chunk ahead (Kd^T two) and
         // the chunk-start states from warpgroup 0's fp32 copy (whole 16-byte pieces of a key row).
-        auto land = [&]() {  // this thread's copies landed, visible to wgmma, then announced
+        auto land = [&](bool first) {  // this thread's copies landed, visible to wgmma, then announced
             cake_cp_async_commit();
             cake_cp_async_wait<0>();
             cake_fence_proxy_async();
-            cake_bar_arrive(kFullL, 256);
+            if (first) cake_bar_sync(kFullL, 256);  // (racecheck follows a sync, not an arrive:
+            else cake_bar_arrive(kFullL, 256);      // the first also publishes the zeros of Us)
         };
+        if (U == nullptr)
+            for (int j = tw; j < 64 * 64; j += 128) Us[j] = 0.f;  // published by the first kFullL (a sync)
         if (nc > 1) prefetch_chunk(c0 + 1);
         if (nc > 0) {
             issue_k(c0);
             if (nc > 1) issue_k(c0 + 1);
             issue_w(c0);
             issue_ug(c0);
-            land();
+            land(true);
         }
         const int sr = tw >> 4, sc = 4 * (tw & 15);  // key rows sr + 8 k, values sc..sc+3
 #pragma unroll 1
@@ -627,7 +626,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 issue_w(ci + 1);
                 cake_bar_sync(kEmptyUG, 256);
                 issue_ug(ci + 1);
-                land();
+                land(false);
             }
             if (i + 2 < nc) {  // Kd^T of chunk i+2, into chunk i's buffer once its product is done
                 cake_bar_sync((i & 1) ? kEmptyK1 : kEmptyK0, 256);

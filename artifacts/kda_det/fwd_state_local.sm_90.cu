@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:0256ec83b7ab5e9f4de80c8dbf6d81cca25cf995078a03101ce4d62a658bd7be
+// identity: sha256:1f9e984e5c76de12294880c38e818f76d58ac5b8743c02fd82eee271d4366f0a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
