@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:613c427e7dcc6007579d9157833d85f71aeddc0d754b48af59b1bfb6d74120da
+// identity: sha256:ae8a93bde575241d7ed759d4fedd04d9b5288daeb28ebc155e423afdd5c88cfd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:22834ce27897b6eb52b280ef74a12d7e146c9357120a985a6b510b6dc41d02ff
+// identity: sha256:953e0b12cf130028f36bed22d627291239527926df2c9541356e855ff99c47b1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:5a56dab7d4161ead07cc7e6ae4d0bd6d0dc0cd66663b9b6c75da29fe03e4846f
+// identity: sha256:63faa45603316393860292c24fc626fe0a46bed33cdf5b73fd3de075bda31b4a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

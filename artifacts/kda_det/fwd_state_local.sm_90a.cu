@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:648d8c78f0dfa829cffcb536c0ed0d4feecd8e02e1af83e4d2b5458aa746207e
+// identity: sha256:aeecd0247e4bf3e7db6acfebe7a6117c6561d5951045f6678c60173c8664b49d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -283,20 +283,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto pcol = [&](int x) { return 8 * (x >> 2) + t + 4 * (x & 1); };
     // Named barriers: warpgroup 0 / 1 internal, and warpgroup 0 -> 1 hand-offs of S^T and Vnew^T.
     constexpr int kBarWg0 = 1, kBarWg1 = 2, kFullS = 3, kEmptyS = 4, kFullV = 5, kEmptyV = 6;
-    // the local program's: chunk inputs landed; W / U and gl / Kd^T buffer free; states copy
-    // (a Kd^T buffer per id: warpgroup 0 frees each buffer every other chunk, so that it cannot
-    // arrive twice at one barrier before warpgroup 1 has synced once, which would complete the
-    // barrier without warpgroup 1 and deadlock the next phase). The states copy Sf is read by
-    // warpgroup 1's own loads (not by wgmma), so both warpgroups sync at kFullSt / kEmptySt:
-    // compute-sanitizer's racecheck does not order accesses through bar.arrive -> bar.sync and
-    // reports a correct one-way hand-off as a race (a probe, docs/notes.md session 11); warpgroup
-    // 1 waits at them anyway, and warpgroup 0 finds it there.
-    constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kFullSt = 11, kEmptySt = 12, kEmptyK1 = 13;
-    float* Sf = St;  // local program: S^T in fp32 for warpgroup 1's state stores, [key][v ^ 8 (key & 3)]
+    // the local program's: chunk inputs landed; W / U and gl / Kd^T buffer free (a Kd^T buffer
+    // per id: warpgroup 0 frees each buffer every other chunk, so that it cannot arrive twice at
+    // one barrier before warpgroup 1 has synced once, which would complete the barrier without
+    // warpgroup 1 and deadlock the next phase). Every hand-off is one-way (arrive -> sync) and
+    // every consumer reads what cp.async wrote: a one-way hand-off of data written by ordinary
+    // stores and read by ordinary loads is reported by compute-sanitizer's racecheck, and a
+    // bar.sync on both sides at different places by its synccheck (a probe, docs/notes.md,
+    // session 11), so warpgroup 0 keeps storing the chunk-start states itself.
+    constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kEmptyK1 = 11;
 
     // Chunk inputs of the chain (W, U, gl, Kd^T) are loaded by warpgroup 0 itself; in the local
-    // program (no O) warpgroup 1 issues them instead, and stores the chunk-start states, handing
-    // over through named barriers.
+    // program (no O) warpgroup 1 issues them instead, handing over through named barriers.
     const int tw = tid & 127;  // within the warpgroup that issues the loads
     // The cp.async pieces (address math once; pieces advance by whole 8-row groups, which keep
     // every swizzle). W: rows ra + 4i (i = 0..15) of 128 floats, stored at row pkinv(row);
@@ -315,10 +313,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     };
     auto issue_ug = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
-        if (!kLocal || U != nullptr)
+        if (!kLocal || U != nullptr) {
 #pragma unroll
             for (int i = 0; i < 8; ++i)
                 cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);
+        } else {  // the transition pass: U = 0, zero-filled by the copies (no bytes read)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) cake_cp_async16(Us + sU + 512 * i, gl, 0);
+        }
         if (tw < 32) cake_cp_async16(Gs + 4 * tw, gl + wsi * 128 + 4 * tw, 16);
     };
     auto issue_k = [&](int ci) {  // Kd^T rows rk + 8i -> pk row pkinv(rk) + 8i
@@ -429,18 +431,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 product_sw(1);
             }
             // While it runs: the chunk's start state out, and its TF32 copy for warpgroup 1.
-            if (kLocal && states_out != nullptr) {  // warpgroup 1 stores them from an fp32 copy
-                if (split) cake_wgmma_wait<0>();  // (as for St below: not while the lo pass runs)
-                if (i > 0) cake_bar_sync(kEmptySt, 256);
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-                    for (int x = 0; x < 32; ++x) {
-                        const int d = 64 * hf + pcol(x);
-                        Sf[d * 64 + (row_of(x) ^ ((d & 3) << 3))] = ST[hf][x];
-                    }
-                cake_bar_sync(kFullSt, 256);
-            } else if (states_out != nullptr) {  // precise rows: the shuffles slowed R2 by 13 % (session 10)
+            if (states_out != nullptr) {  // precise rows: the shuffles slowed R2 by 13 % (session 10)
                 float* dst = states_out + ((long long)ci * H + h) * 16384 + vb * 64;
                 if (split) store_global(dst);
                 else store_states(dst);
@@ -587,55 +578,37 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
         cake_cp_async_wait<0>();
     } else {
-        // ---- warpgroup 1 of the local program: the chain's loads a chunk ahead (Kd^T two) and
-        // the chunk-start states from warpgroup 0's fp32 copy (whole 16-byte pieces of a key row).
-        auto land = [&](bool first) {  // this thread's copies landed, visible to wgmma, then announced
+        // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two).
+        auto land = [&]() {  // this thread's copies landed, visible to wgmma, then announced
             cake_cp_async_commit();
             cake_cp_async_wait<0>();
             cake_fence_proxy_async();
-            if (first) cake_bar_sync(kFullL, 256);  // (racecheck follows a sync, not an arrive:
-            else cake_bar_arrive(kFullL, 256);      // the first also publishes the zeros of Us)
+            cake_bar_arrive(kFullL, 256);
         };
-        if (U == nullptr)
-            for (int j = tw; j < 64 * 64; j += 128) Us[j] = 0.f;  // published by the first kFullL (a sync)
         if (nc > 1) prefetch_chunk(c0 + 1);
         if (nc > 0) {
             issue_k(c0);
             if (nc > 1) issue_k(c0 + 1);
             issue_w(c0);
             issue_ug(c0);
-            land(true);
+            land();
         }
-        const int sr = tw >> 4, sc = 4 * (tw & 15);  // key rows sr + 8 k, values sc..sc+3
 #pragma unroll 1
         for (int i = 0; i < nc; ++i) {
             const int ci = c0 + i;
             if (i + 2 < nc) prefetch_chunk(ci + 2);
-            if (states_out != nullptr) {
-                cake_bar_sync(kFullSt, 256);
-                float* dst = states_out + ((long long)ci * H + h) * 16384 + vb * 64 + sc;
-#pragma unroll
-                for (int k = 0; k < 16; ++k) {
-                    const int d = sr + 8 * k;
-                    *reinterpret_cast<float4*>(dst + (long long)d * 128) =
-                        *reinterpret_cast<const float4*>(Sf + d * 64 + (sc ^ ((d & 3) << 3)));
-                }
-            }
             if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
                 cake_bar_sync(kEmptyW, 256);
                 issue_w(ci + 1);
                 cake_bar_sync(kEmptyUG, 256);
                 issue_ug(ci + 1);
-                land(false);
+                land();
             }
             if (i + 2 < nc) {  // Kd^T of chunk i+2, into chunk i's buffer once its product is done
                 cake_bar_sync((i & 1) ? kEmptyK1 : kEmptyK0, 256);
                 issue_k(ci + 2);
                 cake_cp_async_commit();
             }
-            // Sf free again: a sync on both sides, after this chunk's loads (warpgroup 0 reaches
-            // its side only after the next chunk's inputs have landed)
-            if (states_out != nullptr && i + 1 < nc) cake_bar_sync(kEmptySt, 256);
         }
     }
 }
