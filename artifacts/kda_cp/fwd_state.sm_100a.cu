@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:33f38b12d84d53b090735495946516fe3aabbc8337357690f161a463d259ff14
+// identity: sha256:586487f88846e2606e01bfef2c8421e365dbfd9c6783b60e3b2e2dee7d8bc3c3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

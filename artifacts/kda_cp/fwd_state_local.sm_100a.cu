@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:7ec223812f2867e9a89e105b12b29335a81502205a4c06cb87dec90c00db342c
+// identity: sha256:ae8a93bde575241d7ed759d4fedd04d9b5288daeb28ebc155e423afdd5c88cfd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:e2b9eb894ec661264a378405be4452decc79a49b7d9e4c7f0aa69de9b7bd01de
+// identity: sha256:f4e13d5a8d2f7a5b02197debc913b51e2d2dc18121eec83219481d3475a4d840
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:1e7deb309d521528323b6d0838f121fc7fa4fd722baf8fed889c8f431a8cc752
+// identity: sha256:ee66c87aa4f72b1c9558243974c16838bb619fcbba3851bec81b884c4019f1ba
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:d1791a002db50a2987b87cfbdc5e84115666059939c19a58ec017e76ab565c9f
+// identity: sha256:953e0b12cf130028f36bed22d627291239527926df2c9541356e855ff99c47b1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

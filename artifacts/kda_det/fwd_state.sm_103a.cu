@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:51218fc609ceb85aca7f6c66c732ce15cee10202b0b043137fa0ee0ac319724b
+// identity: sha256:da2fd2a89695d505218b9a57c55c7890581e4fb045d5a2ba3f9ccd802957bbbf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:e9cac2aca275840c0c122ce59d931b9bd414728d5270077c2e46bd8763483ebe
+// identity: sha256:761ac69d6945051410c49c887b4e91d9b74984596042e08dd3726e65d54d73de
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

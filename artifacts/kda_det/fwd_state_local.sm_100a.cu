@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:b03f9e59966037db09ff0150da8c536edb6fbda8b62dc1a131d02c20ed1f4b5c
+// identity: sha256:b36ab93e4b58e1afe0a30b25c861d7554be2a01875f92fb5da34558a47b865ab
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

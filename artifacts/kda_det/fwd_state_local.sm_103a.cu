@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:55750f24740c4695fb3220ff570e1d035d0f29b10faff2510b7190c2beb6fb78
+// identity: sha256:63faa45603316393860292c24fc626fe0a46bed33cdf5b73fd3de075bda31b4a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:d6504c5d6a09a8d3dc88de0c7e158d6ebf0a8091da1eaac76bf8282aab4d454e
+// identity: sha256:0edf507756044afe5745bf5ec37d85c0dde06134c8b2886bdb8836c4bdf5d41d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:32ff2bdb98a199b0fc7118c02a8485772d611e1cbc0a33860b39e50f18227b9a
+// identity: sha256:ada82f24604da6dc784c034d4db703d04c1e77217a1d83f9872025580540adff
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:4ca2d55c7a3f455ac9b421630b2cc31f926c692fa7e0a46c1e7dd98a56d5d709
+// identity: sha256:aeecd0247e4bf3e7db6acfebe7a6117c6561d5951045f6678c60173c8664b49d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -283,39 +283,56 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto pcol = [&](int x) { return 8 * (x >> 2) + t + 4 * (x & 1); };
     // Named barriers: warpgroup 0 / 1 internal, and warpgroup 0 -> 1 hand-offs of S^T and Vnew^T.
     constexpr int kBarWg0 = 1, kBarWg1 = 2, kFullS = 3, kEmptyS = 4, kFullV = 5, kEmptyV = 6;
+    // the local program's: chunk inputs landed; W / U and gl / Kd^T buffer free (a Kd^T buffer
+    // per id: warpgroup 0 frees each buffer every other chunk, so that it cannot arrive twice at
+    // one barrier before warpgroup 1 has synced once, which would complete the barrier without
+    // warpgroup 1 and deadlock the next phase). Every hand-off is one-way (arrive -> sync) and
+    // every consumer reads what cp.async wrote: a one-way hand-off of data written by ordinary
+    // stores and read by ordinary loads is reported by compute-sanitizer's racecheck, and a
+    // bar.sync on both sides at different places by its synccheck (a probe, docs/notes.md,
+    // session 11), so warpgroup 0 keeps storing the chunk-start states itself.
+    constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kEmptyK1 = 11;
+
+    // Chunk inputs of the chain (W, U, gl, Kd^T) are loaded by warpgroup 0 itself; in the local
+    // program (no O) warpgroup 1 issues them instead, handing over through named barriers.
+    const int tw = tid & 127;  // within the warpgroup that issues the loads
+    // The cp.async pieces (address math once; pieces advance by whole 8-row groups, which keep
+    // every swizzle). W: rows ra + 4i (i = 0..15) of 128 floats, stored at row pkinv(row);
+    // Kd^T: rows rk + 8i; U: rows rk + 8i of this block's 64 columns.
+    const int ra = tw >> 5, ca = 4 * (tw & 31), rk = tw >> 4, ck = 4 * (tw & 15);
+    const int pra = 2 * (rk & 3) + (rk >> 2);  // pkinv(rk), rk < 8
+    const int sW0 = cake_wg_idx<64>(2 * ra, ca), sW1 = cake_wg_idx<64>(2 * ra + 1, ca);
+    const int gW = ra * 128 + ca;
+    const int sK = cake_wg_idx<128>(pra, ck), gK = rk * 64 + ck;
+    const int sU = at64(rk, tw & 15), gU = rk * 128 + vb * 64 + ck;
+    auto issue_w = [&](int ci) {  // W rows r = ra + 4i: pkinv(r) = 8 (i >> 1) + 2 ra + (i & 1)
+        const float* src = W + ((long long)ci * H + h) * 8192 + gW;
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+            cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);
+    };
+    auto issue_ug = [&](int ci) {
+        const long long wsi = (long long)ci * H + h;
+        if (!kLocal || U != nullptr) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);
+        } else {  // the transition pass: U = 0, zero-filled by the copies (no bytes read)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) cake_cp_async16(Us + sU + 512 * i, gl, 0);
+        }
+        if (tw < 32) cake_cp_async16(Gs + 4 * tw, gl + wsi * 128 + 4 * tw, 16);
+    };
+    auto issue_k = [&](int ci) {  // Kd^T rows rk + 8i -> pk row pkinv(rk) + 8i
+        const float* src = Kd + ((long long)ci * H + h) * 8192 + gK;
+        float* dst = Ks + 8192 * ((ci - c0) & 1) + sK;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);
+    };
+
+    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
 
     if (wg == 0) {
-        const int tw = tid;  // 0..127
-        // The cp.async pieces (address math once; pieces advance by whole 8-row groups, which keep
-        // every swizzle). W: rows ra + 4i (i = 0..15) of 128 floats, stored at row pkinv(row);
-        // Kd^T: rows rk + 8i; U: rows rk + 8i of this block's 64 columns.
-        const int ra = tw >> 5, ca = 4 * (tw & 31), rk = tw >> 4, ck = 4 * (tw & 15);
-        const int pra = 2 * (rk & 3) + (rk >> 2);  // pkinv(rk), rk < 8
-        const int sW0 = cake_wg_idx<64>(2 * ra, ca), sW1 = cake_wg_idx<64>(2 * ra + 1, ca);
-        const int gW = ra * 128 + ca;
-        const int sK = cake_wg_idx<128>(pra, ck), gK = rk * 64 + ck;
-        const int sU = at64(rk, tw & 15), gU = rk * 128 + vb * 64 + ck;
-        auto issue_w = [&](int ci) {  // W rows r = ra + 4i: pkinv(r) = 8 (i >> 1) + 2 ra + (i & 1)
-            const float* src = W + ((long long)ci * H + h) * 8192 + gW;
-#pragma unroll
-            for (int i = 0; i < 16; ++i)
-                cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);
-        };
-        auto issue_ug = [&](int ci) {
-            const long long wsi = (long long)ci * H + h;
-            if (!kLocal || U != nullptr)
-#pragma unroll
-                for (int i = 0; i < 8; ++i)
-                    cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);
-            if (tw < 32) cake_cp_async16(Gs + 4 * tw, gl + wsi * 128 + 4 * tw, 16);
-        };
-        auto issue_k = [&](int ci) {  // Kd^T rows rk + 8i -> pk row pkinv(rk) + 8i
-            const float* src = Kd + ((long long)ci * H + h) * 8192 + gK;
-            float* dst = Ks + 8192 * ((ci - c0) & 1) + sK;
-#pragma unroll
-            for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);
-        };
-
         float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf)
@@ -363,29 +380,32 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     *reinterpret_cast<float2*>(p + 8) = odd ? make_float2(r1, a[3]) : make_float2(a[2], r1);
                 }
         };
-        auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
 
-        if (kLocal && U == nullptr)
-            for (int j = tw; j < 64 * 64; j += 128) Us[j] = 0.f;  // visible after the loop's first barrier
-        if (nc > 1) prefetch_chunk(c0 + 1);
-        if (nc > 0) {
-            issue_k(c0);
-            issue_w(c0);
-            issue_ug(c0);
+        if (!kLocal) {
+            if (nc > 1) prefetch_chunk(c0 + 1);
+            if (nc > 0) {
+                issue_k(c0);
+                issue_w(c0);
+                issue_ug(c0);
+            }
+            cake_cp_async_commit();
         }
-        cake_cp_async_commit();
         frag_s();
 
 #pragma unroll 1
         for (int i = 0; i < nc; ++i) {
             const int ci = c0 + i;
             const float* Kc = Ks + 8192 * (i & 1);
-            if (i + 2 < nc) prefetch_chunk(ci + 2);
-            cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
-            cake_fence_proxy_async();  // cp.async data -> wgmma's reads
-            cake_bar_sync(kBarWg0, 128);
-            if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
-            cake_cp_async_commit();
+            if (kLocal) {
+                cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
+            } else {
+                if (i + 2 < nc) prefetch_chunk(ci + 2);
+                cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
+                cake_fence_proxy_async();  // cp.async data -> wgmma's reads
+                cake_bar_sync(kBarWg0, 128);
+                if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
+                cake_cp_async_commit();
+            }
 
             // Vnew^T = U^T - S^T W^T: acc = S^T W^T first (precise rows: hi, then lo).
             float VA[32];
@@ -433,8 +453,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 cake_bar_arrive(kFullS, 256);
             }
             cake_wgmma_wait<0>();
-            cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
-            if (i + 1 < nc) issue_w(ci + 1);
+            if (kLocal) {
+                if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
+            } else {
+                cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
+                if (i + 1 < nc) issue_w(ci + 1);
+            }
 
             // Vnew and its A fragments (hi; precise rows: then lo, a second pass), S^T scaled by gl.
             unsigned int FV[32];
@@ -474,18 +498,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             product_vk(FV);
             if (split) product_vk(FV2);
             cake_wgmma_commit();
-            cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
-            if (i + 1 < nc) issue_ug(ci + 1);
-            cake_cp_async_commit();
+            if (kLocal) {
+                if (i + 1 < nc) cake_bar_arrive(kEmptyUG, 256);  // this warp's reads of Us and Gs are done
+            } else {
+                cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
+                if (i + 1 < nc) issue_ug(ci + 1);
+                cake_cp_async_commit();
+            }
             cake_wgmma_wait<0>();
+            if (kLocal && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
             frag_s();
         }
-        cake_cp_async_wait<0>();
+        if (!kLocal) cake_cp_async_wait<0>();
         if (store_ht) store_global(ht + state_base);
     } else if (!kLocal) {
         // ---- warpgroup 1: O = Qg S + Aqk Vnew (rows = tokens, columns = this block's values).
-        const int tw = tid - 128;
-        const int ra = tw >> 5, ca = 4 * (tw & 31), rk = tw >> 4, ck = 4 * (tw & 15);
         const int sQ0 = cake_wg_idx<64>(ra, ca), sQ1 = cake_wg_idx<64>(ra + 4, ca), gQ = ra * 128 + ca;
         const int sA = cake_wg_idx<64>(rk, ck), gA = rk * 64 + ck;
         auto issue_q = [&](int ci) {  // Qg rows ra + 4i
@@ -550,5 +577,38 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             }
         }
         cake_cp_async_wait<0>();
+    } else {
+        // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two).
+        auto land = [&]() {  // this thread's copies landed, visible to wgmma, then announced
+            cake_cp_async_commit();
+            cake_cp_async_wait<0>();
+            cake_fence_proxy_async();
+            cake_bar_arrive(kFullL, 256);
+        };
+        if (nc > 1) prefetch_chunk(c0 + 1);
+        if (nc > 0) {
+            issue_k(c0);
+            if (nc > 1) issue_k(c0 + 1);
+            issue_w(c0);
+            issue_ug(c0);
+            land();
+        }
+#pragma unroll 1
+        for (int i = 0; i < nc; ++i) {
+            const int ci = c0 + i;
+            if (i + 2 < nc) prefetch_chunk(ci + 2);
+            if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
+                cake_bar_sync(kEmptyW, 256);
+                issue_w(ci + 1);
+                cake_bar_sync(kEmptyUG, 256);
+                issue_ug(ci + 1);
+                land();
+            }
+            if (i + 2 < nc) {  // Kd^T of chunk i+2, into chunk i's buffer once its product is done
+                cake_bar_sync((i & 1) ? kEmptyK1 : kEmptyK0, 256);
+                issue_k(ci + 2);
+                cake_cp_async_commit();
+            }
+        }
     }
 }

@@ -428,10 +428,14 @@ inline void named_bar(int id, int n, bool wait) {
     NamedBar& B = w->nbars[id];
     if (B.arrived == 0) B.count = n;
     else if (B.count != n) fail("%s %d: threads arrive with counts %d and %d", what, id, B.count, n);
+    static const char* const kWhat[kNamedBars] = {
+        "bar.sync 0", "bar.sync 1", "bar.sync 2",  "bar.sync 3",  "bar.sync 4",  "bar.sync 5",
+        "bar.sync 6", "bar.sync 7", "bar.sync 8",  "bar.sync 9",  "bar.sync 10", "bar.sync 11",
+        "bar.sync 12", "bar.sync 13", "bar.sync 14", "bar.sync 15"};
     if (++B.arrived < n) {
         if (wait) {
             B.parked.push_back(f);
-            park(w, f, "bar.sync");
+            park(w, f, kWhat[id]);
         }
         return;
     }
@@ -442,7 +446,7 @@ inline void named_bar(int id, int n, bool wait) {
     if (w->schedule == 1) std::reverse(go.begin(), go.end());
     else if (w->schedule >= 2) std::shuffle(go.begin(), go.end(), w->rng);
     for (Fiber* p : go) push_ready(w, p);
-    if (wait) park(w, f, "bar.sync");
+    if (wait) park(w, f, kWhat[id]);
 }
 
 enum Kind { kShflIdx = 1, kShflUp, kShflDown, kShflXor, kAll, kAny, kBallot, kSyncwarp, kMma };
