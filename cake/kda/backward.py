@@ -37,7 +37,6 @@ from .forward import (
 from .forward import records as fwd_records
 from .layout import CHUNK, Layout, layout_for
 from .stages import raw_gate_params
-from .workspace import Workspace
 
 
 def bwd_chunk_record(config: Config, x_dtype: torch.dtype) -> str:
@@ -88,7 +87,6 @@ class _Static:
     combine: Any  # split calls only
     chunk: Any
     reduce: Any  # raw gates only
-    buffers: Workspace
 
 
 @lru_cache(maxsize=64)  # as kda.forward's
@@ -103,13 +101,6 @@ def _static(
         [(pkg, r) for r in records(config, g_dtype, replay=replay, split=plan.any_split)], dev
     )
     raw = config.gate is not GateForm.g
-    NC = layout.n_chunks
-    buffers = Workspace([
-        ("dS_end", (NC, H, K, V)),
-        ("dVn", (NC, H, CHUNK, V)),
-        ("dA_part", (NC, H) if raw else None),
-        ("dbias_part", (NC, H, K) if raw else None),
-    ])  # fmt: skip
     return _Static(
         layout=layout,
         plan=plan,
@@ -117,7 +108,6 @@ def _static(
         combine=loader.module(pkg, COMBINE, dev)["kda_seg_combine"] if plan.any_split else None,
         chunk=loader.module(pkg, bwd_chunk_record(config, g_dtype), dev)["kda_bwd_chunk"],
         reduce=loader.module(pkg, BWD_REDUCE, dev)["kda_bwd_gate_reduce"] if raw else None,
-        buffers=buffers,
     )
 
 
@@ -151,8 +141,10 @@ def backward(  # noqa: ANN201
         do = do.to(q.dtype)
 
     # K1: reverse state pass.
-    buf = st.buffers.carve(torch.float32, device)
-    dS_end, dVn = buf["dS_end"], buf["dVn"]
+    # (its own allocations: in one workspace, a remainder just under a 2 MiB multiple made the
+    # caching allocator charge m2's peak 1 MiB more than FLA's; docs/notes.md, session 11)
+    dS_end = torch.empty((NC, H, K, V), **f32)
+    dVn = torch.empty((NC, H, CHUNK, V), **f32)
     dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
     dht_ = dht.float().contiguous() if dht is not None else None
     ops = (saved["Qg"], saved["W"], saved["Kd"], saved["Aqk"], saved["gl"], do, layout.chunks)
@@ -174,17 +166,19 @@ def backward(  # noqa: ANN201
     dg = torch.empty(g.shape, dtype=g.dtype if raw else torch.float32, device=device)
     dbeta = torch.empty((T, H), **f32)  # not in the workspace: returned, it would keep it alive
     A, bias = raw_gate_params(A_log, dt_bias, H, device) if raw else (None, None)
+    dA_part = torch.empty((NC, H), **f32) if raw else None
+    dbias_part = torch.empty((NC, H, K), **f32) if raw else None
     st.chunk(
         (NC, H), q, k, v, do, saved["beta32"], saved["G"], g if raw else None, A, bias,
         layout.chunks, saved["states"], saved["T"], saved["Akk"], saved["R"], dS_end, dVn,
-        dq, dk, dv, dg, dbeta, buf["dA_part"], buf["dbias_part"], H, int(config.beta_sigmoid),
+        dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
         config.scale, config.lower_bound,
     )  # fmt: skip
     out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta.reshape(beta.shape).to(beta.dtype))
     if raw:
         dA_log = torch.empty(H, **f32)
         ddt_bias = torch.empty(H * K, **f32)
-        st.reduce((H,), buf["dA_part"], buf["dbias_part"], dA_log, ddt_bias, NC, H)
+        st.reduce((H,), dA_part, dbias_part, dA_log, ddt_bias, NC, H)
         if A_log is not None:
             out["dA_log"] = dA_log
         if dt_bias is not None:

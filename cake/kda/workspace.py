@@ -3,7 +3,11 @@
 On the H200's host a `torch.empty` on the GPU cost 3-7 us and a view of a flat buffer (`as_strided`)
 about half that (docs/notes.md, session 11); a forward or backward call allocates 6-15 of them, and
 on the small rows (m2) the host's issue time is the wall time. The buffers share one lifetime
-already: the forward's are saved together for the backward, or all freed when it returns."""
+already: the forward's are saved together for the backward, or all freed when it returns.
+One price: PyTorch's caching allocator hands a large request a whole number of 2 MiB and does not
+split off a remainder of 1 MiB or less, so a workspace whose size is just under a 2 MiB multiple
+is charged up to 1 MiB more in the peak-memory statistics than separate tensors would be (the
+backward's two buffers stay separate for this reason: m2's peak had reached FLA's + 1 MiB)."""
 
 from __future__ import annotations
 
