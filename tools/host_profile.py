@@ -80,6 +80,53 @@ def sections(step: Callable[[], object], steps: int) -> None:
         print(f"  {1e6 * sec / steps:8.1f}  x{CALLS[name] // steps:<3d} {name}")
 
 
+def backward_hops(step: Callable[[], object], steps: int) -> None:
+    """The backward call by hops, us per fwd+bwd: autograd.grad's entry to our Function.backward
+    (the engine, and its hand-off to the device's backward thread), our Python around
+    cake.kda.backward, cake.kda.backward itself, and the way back to autograd.grad's return."""
+    stamps: dict[str, float] = {}
+
+    def stamped(key_in: str, key_out: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            stamps[key_in] = time.perf_counter()
+            out = fn(*a, **kw)
+            stamps[key_out] = time.perf_counter()
+            return out
+
+        return wrapper
+
+    fn_backward = api._ChunkKDA.backward
+    restore = [  # (object, attribute, value to put back)
+        (torch.autograd, "grad", torch.autograd.grad),
+        (api._ChunkKDA, "backward", staticmethod(fn_backward)),
+        (backward, "backward", backward.backward),
+    ]
+    hops = {
+        "autograd.grad -> Function.backward": ("grad_in", "fn_in"),
+        "Function.backward -> kda.backward": ("fn_in", "bwd_in"),
+        "kda.backward": ("bwd_in", "bwd_out"),
+        "kda.backward -> Function.backward returns": ("bwd_out", "fn_out"),
+        "Function.backward returns -> autograd.grad returns": ("fn_out", "grad_out"),
+    }
+    spent = dict.fromkeys(hops, 0.0)
+    try:
+        torch.autograd.grad = stamped("grad_in", "grad_out", torch.autograd.grad)
+        api._ChunkKDA.backward = staticmethod(stamped("fn_in", "fn_out", fn_backward))
+        backward.backward = stamped("bwd_in", "bwd_out", backward.backward)
+        step()
+        for _ in range(steps):
+            step()
+            for name, (a, b) in hops.items():
+                spent[name] += stamps[b] - stamps[a]
+        torch.cuda.synchronize()
+    finally:
+        for obj, attr, value in restore:
+            setattr(obj, attr, value)
+    print("the backward call by hops, us per fwd+bwd:")
+    for name, sec in spent.items():
+        print(f"  {1e6 * sec / steps:8.1f}  {name}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--row", default="m2")
@@ -100,6 +147,7 @@ def main() -> None:
     wall = (time.perf_counter() - t) / args.steps * 1e3
     print(f"{args.row} {v.key}: host issue {host:.3f} ms per fwd+bwd, wall {wall:.3f} ms")
     sections(step, args.steps)
+    backward_hops(step, args.steps)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(args.steps):
