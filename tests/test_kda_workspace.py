@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 
 from cake.kda.workspace import ALIGN, Workspace
@@ -18,7 +20,7 @@ def test_views_are_contiguous_aligned_and_disjoint():
         assert t.is_contiguous() and t.dtype == torch.float32
         assert t.storage_offset() % ALIGN == 0
         spans.append((t.storage_offset(), t.storage_offset() + t.numel()))
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in pairwise(spans))
     for i, t in enumerate(views):  # writes to one view land in it alone
         t.fill_(float(i))
     assert [float(t.min()) for t in views] == [float(t.max()) for t in views] == [0.0, 1.0, 2.0]
