@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+import pytest
 import torch
 
-from cake.kda.workspace import ALIGN, Workspace
+from cake.kda.workspace import ALIGN, Carved, Workspace
 
 
 def test_views_are_contiguous_aligned_and_disjoint():
@@ -32,3 +33,26 @@ def test_each_carve_is_a_fresh_allocation():
     first = ws.carve(torch.float32, torch.device("cpu"))["a"]
     second = ws.carve(torch.float32, torch.device("cpu"))["a"]
     assert first.data_ptr() != second.data_ptr()
+
+
+def test_addresses_match_the_views_and_extras_pass_through():
+    ws = Workspace([("a", (3, 5)), ("none", None), ("b", (2, 7))])
+    extra = torch.arange(4.0)
+    carved = ws.carve(torch.float32, torch.device("cpu"), dict(x=extra, gone=None))
+    assert carved.ptr("a") == carved["a"].data_ptr() and carved.ptr("b") == carved["b"].data_ptr()
+    assert carved.ptr("none") is None and carved["none"] is None
+    assert carved.ptr("x") is extra and carved["x"] is extra and carved.ptr("gone") is None
+    assert list(carved) == ["a", "b", "none", "x", "gone"] and len(carved) == 5
+    with pytest.raises(KeyError):
+        carved.ptr("missing")
+    with pytest.raises(KeyError):
+        carved["missing"]
+
+
+def test_rebuilt_from_what_autograd_saves_is_the_same_workspace():
+    ws = Workspace([("a", (3, 5)), ("b", (2, 7))])
+    carved = ws.carve(torch.float32, torch.device("cpu"), dict(x=torch.ones(2)))
+    carved["b"].fill_(7.0)
+    again = Carved.rebuilt(carved.layout, tuple(carved.extra), carved.tensors())
+    assert again.ptr("b") == carved.ptr("b") and torch.equal(again["b"], carved["b"])
+    assert again["x"] is carved["x"]

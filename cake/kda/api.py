@@ -10,6 +10,7 @@ from ..spec import GateForm, L2Norm
 from . import backward as bwd
 from . import forward as fwd
 from .validate import check_device, check_inputs, check_kwargs, check_unsupported
+from .workspace import Carved
 
 
 class _ChunkKDA(torch.autograd.Function):
@@ -24,16 +25,19 @@ class _ChunkKDA(torch.autograd.Function):
             q, k, v, g, beta, A_log, dt_bias, initial_state, config, keep=keep
         )
         ctx.config = config
-        ctx.saved_keys = tuple(saved) if saved else ()
+        ctx.kept = (saved.layout, tuple(saved.extra)) if saved is not None else None
         ctx.save_for_backward(
-            q, k, v, g, beta, A_log, dt_bias, initial_state, *(saved.values() if saved else ())
+            q, k, v, g, beta, A_log, dt_bias, initial_state, *(saved.tensors() if saved is not None else ())
         )
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):  # noqa: ANN001, ANN205
         q, k, v, g, beta, A_log, dt_bias, h0, *kept = ctx.saved_tensors
-        saved = dict(zip(ctx.saved_keys, kept, strict=True)) if ctx.saved_keys else None
+        saved = None
+        if ctx.kept is not None:
+            layout, extra_names = ctx.kept
+            saved = Carved.rebuilt(layout, extra_names, tuple(kept))
         grads = bwd.backward(q, k, v, g, beta, A_log, dt_bias, h0, do, dht, ctx.config, saved)
         dA_log = grads.get("dA_log")
         ddt_bias = grads.get("ddt_bias")

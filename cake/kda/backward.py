@@ -37,6 +37,7 @@ from .forward import (
 from .forward import records as fwd_records
 from .layout import CHUNK, Layout, layout_for
 from .stages import raw_gate_params
+from .workspace import Carved
 
 
 def bwd_chunk_record(config: Config, x_dtype: torch.dtype) -> str:
@@ -69,7 +70,7 @@ def records(
     return list(dict.fromkeys(out))  # the replay repeats the combine
 
 
-def replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config) -> dict:  # noqa: ANN001
+def replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config) -> Carved:  # noqa: ANN001
     """What the backward needs from the forward, recomputed with the forward's own programs (so the
     replay and saved paths read the same bits); the state pass runs without O (the same states)."""
     saved = forward(q, k, v, g, beta, A_log, dt_bias, h0, config, keep=True, want_o=False)[2]
@@ -123,7 +124,7 @@ def backward(  # noqa: ANN201
     do,
     dht,
     config: Config,
-    saved: dict | None = None,  # noqa: ANN001
+    saved: Carved | None = None,
 ):
     """Gradients of chunk_kda. Returns {"dq", "dk", "dv", "dg", "dbeta"} plus "dA_log" and
     "ddt_bias" (raw gates) and "dh0" (when h0 is given); dg is dx for the raw gate forms."""
@@ -147,16 +148,15 @@ def backward(  # noqa: ANN201
     dVn = torch.empty((NC, H, CHUNK, V), **f32)
     dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
     dht_ = dht.float().contiguous() if dht is not None else None
-    ops = (saved["Qg"], saved["W"], saved["Kd"], saved["Aqk"], saved["gl"], do, layout.chunks)
+    p = saved.ptr  # the buffers' addresses (tensors for beta32 and M)
+    ops = (p("Qg"), p("W"), p("Kd"), p("Aqk"), p("gl"), do, layout.chunks)
     if not plan.any_split:
         st.state(
             (V // BV, H, N), *ops, layout.seq_chunks, dht_, dS_end, dVn, dh0, H,
             int(dht_ is not None), int(dh0 is not None),
         )  # fmt: skip
     else:
-        _segmented_reverse_pass(
-            st.state, st.combine, plan, ops, saved["M"], dht_, dS_end, dVn, dh0, H
-        )
+        _segmented_reverse_pass(st.state, st.combine, plan, ops, p("M"), dht_, dS_end, dVn, dh0, H)
 
     # K2: chunk-parallel gradients.
     raw = config.gate is not GateForm.g
@@ -169,8 +169,8 @@ def backward(  # noqa: ANN201
     dA_part = torch.empty((NC, H), **f32) if raw else None
     dbias_part = torch.empty((NC, H, K), **f32) if raw else None
     st.chunk(
-        (NC, H), q, k, v, do, saved["beta32"], saved["G"], g if raw else None, A, bias,
-        layout.chunks, saved["states"], saved["T"], saved["Akk"], saved["R"], dS_end, dVn,
+        (NC, H), q, k, v, do, p("beta32"), p("G"), g if raw else None, A, bias,
+        layout.chunks, p("states"), p("T"), p("Akk"), p("R"), dS_end, dVn,
         dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
         config.scale, config.lower_bound,
     )  # fmt: skip

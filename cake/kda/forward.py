@@ -143,9 +143,11 @@ def _static(  # noqa: PLR0913
 def forward(  # noqa: ANN201
     q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool = False, want_o: bool = True
 ):  # noqa: ANN001
-    """Launch the forward; returns (o, final state or None, saved or None). With keep, saved holds
-    what the backward reads: G (Γ), Aqk, W, Qg, Kd, gl, T and Akk (the chunk solve's), R (the L2
-    norms' reciprocals, fused L2 norm only), the state at each chunk's start and beta as fp32.
+    """Launch the forward; returns (o, final state or None, saved or None). With keep, saved (a
+    Carved workspace: `saved.ptr(name)` for launches, `saved[name]` a tensor view) holds what the
+    backward reads: G (Γ), Aqk, W, Qg, Kd, gl, T and Akk (the chunk solve's), R (the L2 norms'
+    reciprocals, fused L2 norm only), the state at each chunk's start ("states"), beta as fp32
+    ("beta32") and the segments' transitions ("M", split calls only).
     Without want_o (the backward's replay: keep only) the state pass is the program without O,
     which reads neither Qg nor Aqk and writes the same states; o and the final state are then
     None."""
@@ -161,13 +163,14 @@ def forward(  # noqa: ANN201
     if config.gate is not GateForm.g:
         A_log, dt_bias = raw_gate_params(A_log, dt_bias, H, device)
     beta32 = beta.reshape(T, H).float().contiguous()
-    buf = st.buffers.carve(torch.float32, device)
-    Aqk, W, Qg, Kd, gl = (buf[n] for n in ("Aqk", "W", "Qg", "Kd", "gl"))
+    buf = st.buffers.carve(torch.float32, device, dict(beta32=beta32))
+    p = buf.ptr  # the launches take the buffers' addresses: no tensor views built
+    Aqk, W, Qg, Kd, gl = p("Aqk"), p("W"), p("Qg"), p("Kd"), p("gl")
     # U is read by the state pass only: its own allocation, freed when the forward returns
     U = torch.empty((NC, H, CHUNK, V), dtype=torch.float32, device=device)
     st.chunk(
         (NC, H), q, k, v, beta32, x, A_log, dt_bias, layout.chunks, Aqk, W, U, Qg, Kd, gl,
-        buf["G"], buf["T"], buf["Akk"], buf["R"],  # written only when the backward will read them
+        p("G"), p("T"), p("Akk"), p("R"),  # written only when the backward will read them
         H, int(config.beta_sigmoid), config.scale, float(config.lower_bound),
     )  # fmt: skip
     o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device) if want_o else None
@@ -176,7 +179,7 @@ def forward(  # noqa: ANN201
         if config.store_final_state and want_o
         else None
     )
-    states = buf["states"]
+    states = p("states")
     ops = (W, U, Qg, Kd, Aqk, gl, layout.chunks)
     M = None
     if not plan.any_split:
@@ -188,11 +191,8 @@ def forward(  # noqa: ANN201
         M = _segmented_state_pass(st.state, st.local, st.combine, plan, ops, h0, o, ht, states, H)
     if not keep:
         return o, ht, None
-    saved = {n: buf[n] for n in ("G", "Aqk", "W", "Qg", "Kd", "gl", "T", "Akk", "R", "states")}
-    saved["beta32"] = beta32
-    if M is not None:
-        saved["M"] = M
-    return o, ht, saved
+    buf.extra["M"] = M
+    return o, ht, buf
 
 
 def _segmented_state_pass(

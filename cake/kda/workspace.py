@@ -12,7 +12,7 @@ backward's two buffers stay separate for this reason: m2's peak had reached FLA'
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 
 import torch
 
@@ -24,7 +24,7 @@ class Workspace:
     are left out (and come back as None)."""
 
     def __init__(self, shapes: Iterable[tuple[str, tuple[int, ...] | None]]) -> None:
-        self.views: list[tuple[str, tuple[int, ...], tuple[int, ...], int]] = []
+        self.views: dict[str, tuple[tuple[int, ...], tuple[int, ...], int]] = {}
         self.absent: list[str] = []
         offset = 0
         for name, shape in shapes:
@@ -32,15 +32,71 @@ class Workspace:
                 self.absent.append(name)
                 continue
             strides = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
-            self.views.append((name, shape, strides, offset))
+            self.views[name] = (shape, strides, offset)
             offset += -(-math.prod(shape) // ALIGN) * ALIGN
         self.numel = offset
 
-    def carve(self, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor | None]:
-        buf = torch.empty(self.numel, dtype=dtype, device=device)
-        out: dict[str, torch.Tensor | None] = {
-            name: buf.as_strided(shape, strides, offset)
-            for name, shape, strides, offset in self.views
-        }
-        out.update(dict.fromkeys(self.absent))
-        return out
+    def carve(
+        self,
+        dtype: torch.dtype,
+        device: torch.device,
+        extra: dict[str, torch.Tensor | None] | None = None,
+    ) -> Carved:
+        return Carved(self, torch.empty(self.numel, dtype=dtype, device=device), extra or {})
+
+
+class Carved(Mapping[str, "torch.Tensor | None"]):
+    """A carved workspace, plus named tensors of its own (`extra`): each buffer's address for a
+    launch (`ptr`, no tensor built: a view costs about as much as the launch's argument packing),
+    and a tensor view on demand (`carved[name]`, for code that reads the buffers). `tensors()`
+    is what autograd saves, `rebuilt` the same object from them in the backward."""
+
+    def __init__(
+        self, layout: Workspace, flat: torch.Tensor, extra: dict[str, torch.Tensor | None]
+    ) -> None:
+        self.layout = layout
+        self.flat = flat
+        self.extra = extra
+        self._base = flat.data_ptr()
+        self._size = flat.element_size()
+        self._seen: dict[str, torch.Tensor] = {}
+
+    def ptr(self, name: str) -> int | torch.Tensor | None:
+        """A launch argument: the buffer's address (None where the layout left it out), or the
+        extra tensor itself."""
+        if name in self.extra:
+            return self.extra[name]
+        view = self.layout.views.get(name)
+        if view is None:
+            if name in self.layout.absent:
+                return None
+            raise KeyError(name)
+        return self._base + self._size * view[2]
+
+    def __getitem__(self, name: str) -> torch.Tensor | None:
+        if name in self.extra:
+            return self.extra[name]
+        if name not in self._seen:
+            if name in self.layout.absent:
+                return None
+            shape, strides, offset = self.layout.views[name]  # KeyError for unknown names
+            self._seen[name] = self.flat.as_strided(shape, strides, offset)
+        return self._seen[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.layout.views
+        yield from self.layout.absent
+        yield from self.extra
+
+    def __len__(self) -> int:
+        return len(self.layout.views) + len(self.layout.absent) + len(self.extra)
+
+    def tensors(self) -> tuple[torch.Tensor | None, ...]:
+        return (self.flat, *self.extra.values())
+
+    @classmethod
+    def rebuilt(
+        cls, layout: Workspace, extra_names: tuple[str, ...], tensors: tuple[torch.Tensor, ...]
+    ) -> Carved:
+        flat, *extra = tensors
+        return cls(layout, flat, dict(zip(extra_names, extra, strict=True)))
