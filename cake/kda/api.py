@@ -26,9 +26,8 @@ class _ChunkKDA(torch.autograd.Function):
         )
         ctx.config = config
         ctx.kept = (saved.layout, tuple(saved.extra)) if saved is not None else None
-        ctx.save_for_backward(
-            q, k, v, g, beta, A_log, dt_bias, initial_state, *(saved.tensors() if saved is not None else ())
-        )
+        kept = saved.tensors() if saved is not None else ()
+        ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state, *kept)
         return o, ht
 
     @staticmethod
