@@ -95,7 +95,10 @@ class ArgBlock:
             if arg is None:
                 values[i] = 0
             elif type(arg) is not int:
-                values[i] = arg.data_ptr()
+                try:
+                    values[i] = arg.data_ptr()
+                except AttributeError:  # an address given as another integer type
+                    values[i] = int(arg)
         for i in self._ints:
             if type(values[i]) is not int:  # bool and float are refused, as are int subclasses
                 raise LaunchError(f"{self.symbol} argument {i} must be an int", found=repr(args[i]))

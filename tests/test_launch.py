@@ -29,6 +29,11 @@ class _Tensor:
         return 4096
 
 
+class _Address:
+    def __int__(self) -> int:
+        return 8192
+
+
 def test_params_point_at_the_converted_values_and_refill_in_place():
     block = ArgBlock(KINDS, "k")
     addresses = list(block.params)
@@ -37,6 +42,8 @@ def test_params_point_at_the_converted_values_and_refill_in_place():
     block.set([0x7F0000001000, 16, 2**31 - 1, -(2**63), -1])  # ints as pointers; an int as f32
     assert read_back(block) == [0x7F0000001000, 16, 2**31 - 1, -(2**63), -1.0]
     assert list(block.params) == addresses  # the same slots every launch
+    block.set([_Address(), None, 0, 0, 0.0])  # an address as another integer type
+    assert read_back(block)[:2] == [8192, 0]
 
 
 @pytest.mark.parametrize(
