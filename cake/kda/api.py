@@ -25,7 +25,8 @@ class _ChunkKDA(torch.autograd.Function):
             q, k, v, g, beta, A_log, dt_bias, initial_state, config, keep=keep
         )
         ctx.config = config
-        ctx.kept = (saved.layout, tuple(saved.extra)) if saved is not None else None
+        # the saved workspace travels as its layout and names here, its tensors through autograd
+        ctx.carved = (saved.layout, tuple(saved.extra)) if saved is not None else None
         kept = saved.tensors() if saved is not None else ()
         ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state, *kept)
         return o, ht
@@ -34,8 +35,8 @@ class _ChunkKDA(torch.autograd.Function):
     def backward(ctx, do, dht):  # noqa: ANN001, ANN205
         q, k, v, g, beta, A_log, dt_bias, h0, *kept = ctx.saved_tensors
         saved = None
-        if ctx.kept is not None:
-            layout, extra_names = ctx.kept
+        if ctx.carved is not None:
+            layout, extra_names = ctx.carved
             saved = Carved.rebuilt(layout, extra_names, tuple(kept))
         grads = bwd.backward(q, k, v, g, beta, A_log, dt_bias, h0, do, dht, ctx.config, saved)
         dA_log = grads.get("dA_log")

@@ -31,11 +31,10 @@ from .forward import (
     K,
     V,
     forward,
-    package_for,
-    segment_plan,
+    select_programs,
 )
 from .forward import records as fwd_records
-from .layout import CHUNK, Layout, layout_for
+from .layout import CHUNK, Layout
 from .stages import raw_gate_params
 from .workspace import Carved
 
@@ -80,7 +79,7 @@ def replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config) -> Carv
 
 @dataclass(frozen=True)
 class _Static:
-    """What a backward call of one signature launches, and its buffers' layout: looked up once."""
+    """What a backward call of one signature launches: looked up once."""
 
     layout: Layout
     plan: seg.Plan
@@ -94,21 +93,21 @@ class _Static:
 def _static(
     loader: Any, config: Config, H: int, g_dtype: torch.dtype, device: torch.device, replay: bool
 ) -> _Static:
-    layout = layout_for(config.cu_seqlens, device)
-    plan = segment_plan(config, H, device)
-    pkg = package_for(plan)
-    dev = device.index or 0
-    loader.ensure(
-        [(pkg, r) for r in records(config, g_dtype, replay=replay, split=plan.any_split)], dev
+    layout, plan, kernel = select_programs(
+        loader,
+        config,
+        H,
+        device,
+        lambda split: records(config, g_dtype, replay=replay, split=split),
     )
     raw = config.gate is not GateForm.g
     return _Static(
         layout=layout,
         plan=plan,
-        state=loader.module(pkg, BWD_STATE, dev)["kda_bwd_state"],
-        combine=loader.module(pkg, COMBINE, dev)["kda_seg_combine"] if plan.any_split else None,
-        chunk=loader.module(pkg, bwd_chunk_record(config, g_dtype), dev)["kda_bwd_chunk"],
-        reduce=loader.module(pkg, BWD_REDUCE, dev)["kda_bwd_gate_reduce"] if raw else None,
+        state=kernel(BWD_STATE, "kda_bwd_state"),
+        combine=kernel(COMBINE, "kda_seg_combine") if plan.any_split else None,
+        chunk=kernel(bwd_chunk_record(config, g_dtype), "kda_bwd_chunk"),
+        reduce=kernel(BWD_REDUCE, "kda_bwd_gate_reduce") if raw else None,
     )
 
 

@@ -4,6 +4,7 @@ chunk-local cumsum fused in), state pass. Long sequences run the state pass segm
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -78,6 +79,20 @@ def package_for(plan: seg.Plan) -> str:
     return PACKAGE_CP if plan.any_split else PACKAGE
 
 
+def select_programs(
+    loader: Any, config: Config, H: int, device: torch.device, wanted: Callable[[bool], list[str]]
+) -> tuple[Layout, seg.Plan, Callable[[str, str], Any]]:
+    """A call's chunk layout and segment plan, and its programs selected and fetched first (so
+    that an offline miss names all of them at once): `wanted(split)` lists the records. Returns
+    also kernel(record, symbol), the loaded kernel of one of them."""
+    layout = layout_for(config.cu_seqlens, device)
+    plan = segment_plan(config, H, device)
+    pkg = package_for(plan)
+    dev = device.index or 0
+    loader.ensure([(pkg, r) for r in wanted(plan.any_split)], dev)
+    return layout, plan, lambda record, symbol: loader.module(pkg, record, dev)[symbol]
+
+
 @dataclass(frozen=True)
 class _Static:
     """What a forward call of one signature launches, and its buffers' layout: looked up once."""
@@ -102,13 +117,12 @@ def _static(  # noqa: PLR0913
     keep: bool,
     want_o: bool,
 ) -> _Static:
-    layout = layout_for(config.cu_seqlens, device)
-    plan = segment_plan(config, H, device)
-    pkg = package_for(plan)
-    dev = device.index or 0
-    # Select and fetch every program first, so that an offline miss names all of them at once.
-    loader.ensure(
-        [(pkg, r) for r in records(config, g_dtype, split=plan.any_split, want_o=want_o)], dev
+    layout, plan, kernel = select_programs(
+        loader,
+        config,
+        H,
+        device,
+        lambda split: records(config, g_dtype, split=split, want_o=want_o),
     )
     split = plan.any_split
     NC = layout.n_chunks
@@ -132,10 +146,10 @@ def _static(  # noqa: PLR0913
     return _Static(
         layout=layout,
         plan=plan,
-        chunk=loader.module(pkg, chunk_record(config, g_dtype), dev)["kda_fwd_chunk"],
-        state=loader.module(pkg, STATE if want_o else STATE_LOCAL, dev)["kda_fwd_state"],
-        local=loader.module(pkg, STATE_LOCAL, dev)["kda_fwd_state"] if split else None,
-        combine=loader.module(pkg, COMBINE, dev)["kda_seg_combine"] if split else None,
+        chunk=kernel(chunk_record(config, g_dtype), "kda_fwd_chunk"),
+        state=kernel(STATE if want_o else STATE_LOCAL, "kda_fwd_state"),
+        local=kernel(STATE_LOCAL, "kda_fwd_state") if split else None,
+        combine=kernel(COMBINE, "kda_seg_combine") if split else None,
         buffers=buffers,
     )
 
