@@ -224,7 +224,7 @@ def test_forward_keeps_the_chunk_solve_the_backward_reads(loader):
     assert saved is not None
     chunks = layout_for(config.cu_seqlens, torch.device("cpu")).chunks.tolist()
     k = inp.k.reshape(-1, inp.k.shape[-2], 128).double()
-    G, beta = saved["G"].double(), saved["beta32"].double()
+    G, beta = saved["G"].double(), inp.beta.reshape(-1, inp.beta.shape[-1]).double()
     eye = torch.eye(64, dtype=torch.float64)
     upper = torch.triu(torch.ones(64, 64, dtype=torch.bool))
     worst_akk = worst_inv = 0.0

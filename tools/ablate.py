@@ -93,7 +93,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "    const long long out_base = (long long)t0 * tok_stride + (long long)h * 128;",
             ),
             ("G_out + in_base + d", "G_out + out_base + d"),
-            ("beta[(long long)(t0 + tid) * H + h]", "beta[(long long)tid * H + h]"),
+            ("(beta, (long long)(t0 + tid) * H + h,", "(beta, (long long)tid * H + h,"),
         ],
         # every block writes the first chunk's tiles (L2 hits, no DRAM writes)
         "nostores": [

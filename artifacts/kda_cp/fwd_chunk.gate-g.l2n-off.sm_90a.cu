@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:6acb63df1c33eedbf67db375ba91984a008fa48588df60cac92d3fe7195c4728
+// identity: sha256:70b8adfc5d1422b68030644675ca07ac2c7b404660d76d9d3869dcd8c61738f0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -119,6 +119,28 @@ __device__ __forceinline__ float cake_sigmoid_fast(float x) {
     return cake_rcp(1.0f + cake_ex2(-x * CAKE_LOG2E));
 }
 // ---- end cake/fmath.cuh ----
+// ---- begin cake/beta.cuh ----
+// beta and dbeta in beta's own dtype (the host passes no fp32 copy): the `beta_flags` argument of
+// kda_fwd_chunk / kda_bwd_chunk. Needs cake/bf16.cuh and cake/fmath.cuh.
+
+#define CAKE_BETA_SIGMOID 1  // beta holds logits: beta = sigmoid(beta) in-kernel
+#define CAKE_BETA_BF16 2     // beta (and dbeta) are bf16 [T, H]; else fp32
+
+__device__ __forceinline__ float cake_load_beta(const void* beta, long long i, int flags) {
+    float b = (flags & CAKE_BETA_BF16)
+        ? cake_bf16_to_f32(static_cast<const unsigned short*>(beta)[i])
+        : static_cast<const float*>(beta)[i];
+    return (flags & CAKE_BETA_SIGMOID) ? cake_sigmoid_ex2(b) : b;
+}
+
+// Rounded to nearest even, as torch's .to(torch.bfloat16).
+__device__ __forceinline__ void cake_store_beta(void* dbeta, long long i, float s, int flags) {
+    if (flags & CAKE_BETA_BF16)
+        static_cast<unsigned short*>(dbeta)[i] = (unsigned short)(cake_pack_bf16x2(s, 0.f) & 0xffffu);
+    else
+        static_cast<float*>(dbeta)[i] = s;
+}
+// ---- end cake/beta.cuh ----
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 
@@ -212,13 +234,13 @@ __device__ __forceinline__ void fma_row4(float4& acc, const float* L, int lrow, 
 
 extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
-    const unsigned short* __restrict__ v, const float* __restrict__ beta,
+    const unsigned short* __restrict__ v, const void* __restrict__ beta,
     const x_t* __restrict__ x, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, float* __restrict__ Aqk, float* __restrict__ W,
     float* __restrict__ U, float* __restrict__ Qg, float* __restrict__ Kd, float* __restrict__ gl,
     float* __restrict__ G_out, float* __restrict__ T_out, float* __restrict__ Akk_out,
     float* __restrict__ R_out, int H,
-    int beta_sigmoid, float scale, float lower_bound)
+    int beta_flags, float scale, float lower_bound)
 {
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
     unsigned short* qs = reinterpret_cast<unsigned short*>(smem);
@@ -271,8 +293,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         if (tid < 64) {
             float b = 0.f;
             if (tid < L) {
-                b = beta[(long long)(t0 + tid) * H + h];
-                if (beta_sigmoid) b = cake_sigmoid_ex2(b);
+                b = cake_load_beta(beta, (long long)(t0 + tid) * H + h, beta_flags);
             }
             bs[tid] = b;
         }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:b39ea3b5c72abc155f358d15d3937e65e35dd4bf786cafa09f5fd60485e41f3e
+// identity: sha256:6864d01f77f199fbbe26f27525081ad14218e3f28e6c88930a4e578daf7f552a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -119,6 +119,28 @@ __device__ __forceinline__ float cake_sigmoid_fast(float x) {
     return cake_rcp(1.0f + cake_ex2(-x * CAKE_LOG2E));
 }
 // ---- end cake/fmath.cuh ----
+// ---- begin cake/beta.cuh ----
+// beta and dbeta in beta's own dtype (the host passes no fp32 copy): the `beta_flags` argument of
+// kda_fwd_chunk / kda_bwd_chunk. Needs cake/bf16.cuh and cake/fmath.cuh.
+
+#define CAKE_BETA_SIGMOID 1  // beta holds logits: beta = sigmoid(beta) in-kernel
+#define CAKE_BETA_BF16 2     // beta (and dbeta) are bf16 [T, H]; else fp32
+
+__device__ __forceinline__ float cake_load_beta(const void* beta, long long i, int flags) {
+    float b = (flags & CAKE_BETA_BF16)
+        ? cake_bf16_to_f32(static_cast<const unsigned short*>(beta)[i])
+        : static_cast<const float*>(beta)[i];
+    return (flags & CAKE_BETA_SIGMOID) ? cake_sigmoid_ex2(b) : b;
+}
+
+// Rounded to nearest even, as torch's .to(torch.bfloat16).
+__device__ __forceinline__ void cake_store_beta(void* dbeta, long long i, float s, int flags) {
+    if (flags & CAKE_BETA_BF16)
+        static_cast<unsigned short*>(dbeta)[i] = (unsigned short)(cake_pack_bf16x2(s, 0.f) & 0xffffu);
+    else
+        static_cast<float*>(dbeta)[i] = s;
+}
+// ---- end cake/beta.cuh ----
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 
@@ -309,14 +331,14 @@ constexpr float kFastSpan = 96.f;
 extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
     const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,
-    const float* __restrict__ beta, const float* __restrict__ G, const x_t* __restrict__ xin,
+    const void* __restrict__ beta, const float* __restrict__ G, const x_t* __restrict__ xin,
     const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, const float* __restrict__ states,
     const float* __restrict__ Tm, const float* __restrict__ Akk, const float* __restrict__ Rn,
     const float* __restrict__ dS_end, const float* __restrict__ dVn,
     unsigned short* __restrict__ dq_out, unsigned short* __restrict__ dk_out,
-    unsigned short* __restrict__ dv_out, x_t* __restrict__ dg_out, float* __restrict__ dbeta_out,
-    float* __restrict__ dA_part, float* __restrict__ dbias_part, int H, int beta_sigmoid,
+    unsigned short* __restrict__ dv_out, x_t* __restrict__ dg_out, void* __restrict__ dbeta_out,
+    float* __restrict__ dA_part, float* __restrict__ dbias_part, int H, int beta_flags,
     float scale, float lower_bound)
 {
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
@@ -408,8 +430,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         if (tid < 64) {
             float b = 0.f;
             if (tid < L) {
-                b = beta[(long long)(t0 + tid) * H + h];
-                if (beta_sigmoid) b = cake_sigmoid_ex2(b);
+                b = cake_load_beta(beta, (long long)(t0 + tid) * H + h, beta_flags);
             }
             bs[tid] = b;
         }
@@ -1162,8 +1183,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
         if (tid < L) {
             float s = ((dbs[tid] + dbs[64 + tid]) + dbs[128 + tid]) + dbs[192 + tid];
-            if (beta_sigmoid) s *= bs[tid] * (1.f - bs[tid]);
-            dbeta_out[(long long)(t0 + tid) * H + h] = s;
+            if (beta_flags & CAKE_BETA_SIGMOID) s *= bs[tid] * (1.f - bs[tid]);
+            cake_store_beta(dbeta_out, (long long)(t0 + tid) * H + h, s, beta_flags);
         }
         // Reverse cumsum of dGamma over the valid rows: column d, segment sg = rows 16 sg..16 sg+15;
         // local suffix sums, then the totals of the later segments in fixed order.

@@ -30,6 +30,7 @@ from .forward import (
     Config,
     K,
     V,
+    beta_flags,
     forward,
     select_programs,
 )
@@ -127,8 +128,7 @@ def backward(  # noqa: ANN201
 ):
     """Gradients of chunk_kda. Returns {"dq", "dk", "dv", "dg", "dbeta"} plus "dA_log" and
     "ddt_bias" (raw gates) and "dh0" (when h0 is given); dg is dx for the raw gate forms."""
-    B, T_, H, _ = q.shape
-    T = B * T_
+    H = q.shape[2]
     device = q.device
     st = _static(default_loader(), config, H, g.dtype, device, saved is None)
     layout, plan = st.layout, st.plan
@@ -147,7 +147,7 @@ def backward(  # noqa: ANN201
     dVn = torch.empty((NC, H, CHUNK, V), **f32)
     dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
     dht_ = dht.float().contiguous() if dht is not None else None
-    p = saved.ptr  # the buffers' addresses (tensors for beta32 and M)
+    p = saved.ptr  # the buffers' addresses (the tensor for M)
     ops = (p("Qg"), p("W"), p("Kd"), p("Aqk"), p("gl"), do, layout.chunks)
     if not plan.any_split:
         st.state(
@@ -163,17 +163,17 @@ def backward(  # noqa: ANN201
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
     dg = torch.empty(g.shape, dtype=g.dtype if raw else torch.float32, device=device)
-    dbeta = torch.empty((T, H), **f32)  # not in the workspace: returned, it would keep it alive
+    dbeta = torch.empty_like(beta)  # in beta's dtype, written by the program
     A, bias = raw_gate_params(A_log, dt_bias, H, device) if raw else (None, None)
     dA_part = torch.empty((NC, H), **f32) if raw else None
     dbias_part = torch.empty((NC, H, K), **f32) if raw else None
     st.chunk(
-        (NC, H), q, k, v, do, p("beta32"), p("G"), g if raw else None, A, bias,
+        (NC, H), q, k, v, do, beta, p("G"), g if raw else None, A, bias,
         layout.chunks, p("states"), p("T"), p("Akk"), p("R"), dS_end, dVn,
-        dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, int(config.beta_sigmoid),
+        dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, beta_flags(config, beta),
         config.scale, config.lower_bound,
     )  # fmt: skip
-    out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta.reshape(beta.shape).to(beta.dtype))
+    out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta)
     if raw:
         dA_log = torch.empty(H, **f32)
         ddt_bias = torch.empty(H * K, **f32)

@@ -48,6 +48,12 @@ def _chunk_record(gate: GateForm, l2n: L2Norm, g_dtype: torch.dtype) -> str:
     return Variant(stage=Stage.fwd_chunk, gate=gate, x=x, l2n=l2n).key
 
 
+def beta_flags(config: Config, beta: torch.Tensor) -> int:
+    """kda_fwd_chunk's / kda_bwd_chunk's beta_flags (cake/beta.cuh): bit 0 the in-kernel sigmoid,
+    bit 1 beta (and dbeta) in bf16; the programs read beta and write dbeta in its own dtype."""
+    return int(config.beta_sigmoid) | (2 if beta.dtype == torch.bfloat16 else 0)
+
+
 STATE = Variant(stage=Stage.fwd_state).key
 STATE_LOCAL = Variant(stage=Stage.fwd_state_local).key  # the state pass without O
 COMBINE = Variant(stage=Stage.seg_combine).key  # kda_cp only
@@ -160,8 +166,8 @@ def forward(  # noqa: ANN201
     """Launch the forward; returns (o, final state or None, saved or None). With keep, saved (a
     Carved workspace: `saved.ptr(name)` for launches, `saved[name]` a tensor view) holds what the
     backward reads: G (Γ), Aqk, W, Qg, Kd, gl, T and Akk (the chunk solve's), R (the L2 norms'
-    reciprocals, fused L2 norm only), the state at each chunk's start ("states"), beta as fp32
-    ("beta32") and the segments' transitions ("M", split calls only).
+    reciprocals, fused L2 norm only), the state at each chunk's start ("states") and the
+    segments' transitions ("M", split calls only).
     Without want_o (the backward's replay: keep only) the state pass is the program without O,
     which reads neither Qg nor Aqk and writes the same states; o and the final state are then
     None."""
@@ -176,16 +182,15 @@ def forward(  # noqa: ANN201
     x = g.view(T, H, K)
     if config.gate is not GateForm.g:
         A_log, dt_bias = raw_gate_params(A_log, dt_bias, H, device)
-    beta32 = beta.reshape(T, H).float().contiguous()
-    buf = st.buffers.carve(torch.float32, device, dict(beta32=beta32))
+    buf = st.buffers.carve(torch.float32, device)
     p = buf.ptr  # the launches take the buffers' addresses: no tensor views built
     Aqk, W, Qg, Kd, gl = p("Aqk"), p("W"), p("Qg"), p("Kd"), p("gl")
     # U is read by the state pass only: its own allocation, freed when the forward returns
     U = torch.empty((NC, H, CHUNK, V), dtype=torch.float32, device=device)
     st.chunk(
-        (NC, H), q, k, v, beta32, x, A_log, dt_bias, layout.chunks, Aqk, W, U, Qg, Kd, gl,
+        (NC, H), q, k, v, beta, x, A_log, dt_bias, layout.chunks, Aqk, W, U, Qg, Kd, gl,
         p("G"), p("T"), p("Akk"), p("R"),  # written only when the backward will read them
-        H, int(config.beta_sigmoid), config.scale, float(config.lower_bound),
+        H, beta_flags(config, beta), config.scale, float(config.lower_bound),
     )  # fmt: skip
     o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device) if want_o else None
     ht = (
