@@ -87,7 +87,36 @@ def fake_fwd_state(
     grid, W, U, Qg, Kd, Aqk, gl, chunks, rows, precise, h0, o, ht, states, H, has_h0, store
 ):  # noqa: ANN001
     """kda_fwd_state's contract in float64: per row, S from h0 (or 0); per chunk Vn = U - W S,
-    O = Qg S + Aqk Vn (rows < L to o), S = diag(gl) S + Kd^T Vn; states[c] = S at the chunk start."""
+    O = Qg S + Aqk Vn (rows < L to o), S = diag(gl) S + Kd^T Vn; states[c] = S at the chunk start.
+    has_h0 = 3 (the local program's two passes in one launch): grid.z = 2 R, the offset passes'
+    ends to ht and the transition passes' (from I, U = 0) to `states`."""
+    if has_h0 == 3:
+        R = rows.shape[0]
+        assert grid == (2, H, 2 * R) and o is None and h0 is None
+        one = (2, H, R)
+        fake_fwd_state(
+            one, W, U, Qg, Kd, Aqk, gl, chunks, rows, precise, None, None, ht, None, H, 0, store
+        )
+        fake_fwd_state(
+            one,
+            W,
+            None,
+            Qg,
+            Kd,
+            Aqk,
+            gl,
+            chunks,
+            rows,
+            precise,
+            None,
+            None,
+            states,
+            None,
+            H,
+            2,
+            store,
+        )
+        return
     assert grid == (2, H, rows.shape[0])
     assert precise is None or precise.shape == (rows.shape[0],)
     for r, (c0, n) in enumerate(rows.tolist()):

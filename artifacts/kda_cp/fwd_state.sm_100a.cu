@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:586487f88846e2606e01bfef2c8421e365dbfd9c6783b60e3b2e2dee7d8bc3c3
+// identity: sha256:cd3a4728a14452b2f91b187681609584d782cd114464a766d3f1198a88bfff83
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

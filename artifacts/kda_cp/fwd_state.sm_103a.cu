@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:8374d941d0d2d71c86ca0a126f23c2dda24fcd8273b836dcad20c75971e85d38
+// identity: sha256:825cd38a375279c5acd6aab342f04dc7bf0ff5327156e930071a2c0d9d3d3886
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

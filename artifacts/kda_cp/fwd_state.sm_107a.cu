@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:3fa5544d06bd4b4d8c54605bcaf042f3a9653e81dd5db76cb2ac9e54e80ee844
+// identity: sha256:7475b99145377cfda4a77732cbdc6df1e465b810ba452f2c037562308a396233
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

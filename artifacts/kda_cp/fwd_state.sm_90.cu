@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:a4d3f068bbd13185a5e5e84c97b3a9526014de174afbbe887c47c3b6468ca151
+// identity: sha256:919b58620e6397c051ce94fe9e1f2545f760b2e8c940bdec601a16844f468b87
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:989484da2f2b01dc5a694ddec4d2ff61fd2e8e442d1ae59205b6325730acfcf4
+// identity: sha256:a75a053e5e408d33f6390fc6e1210639beaa450ccf79c8ea4c27f78ed8203b38
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

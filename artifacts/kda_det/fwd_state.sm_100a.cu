@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:d270eff238bb65028fc826b2afcfec56f95d79e048f1588cc86f7df10525154e
+// identity: sha256:bc03e004719f10b5ef6a33ec55b4672e3eb0a923a3428353492493a766e5ea7c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

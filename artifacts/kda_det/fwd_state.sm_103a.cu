@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:da2fd2a89695d505218b9a57c55c7890581e4fb045d5a2ba3f9ccd802957bbbf
+// identity: sha256:c7d33a2b2df80d43673e3d92d5731be78c16f0debaf6ee9a2803610c7923d6c0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

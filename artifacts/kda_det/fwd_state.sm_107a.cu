@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:761ac69d6945051410c49c887b4e91d9b74984596042e08dd3726e65d54d73de
+// identity: sha256:69d652e97a231339ba0f8a002ac38b28a6dc9a85a397106b0abc14d8da2e1321
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

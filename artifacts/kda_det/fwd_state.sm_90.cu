@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:c75a29f20e0408014040a010c51c7c8df7ff2e2f8c9fa5025915447c67787c15
+// identity: sha256:5368e9a5b1854bcde1c1c59dd7fea869ad588552cfd1de04c8c2435e14e40f09
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:4c72f95d278c04fd1b0044289f602ee1670cb7f5c7bee43ace530cc6d422005d
+// identity: sha256:1903cba089ac085dff75ab4dadc6a4c31e22a14afe2847992760fba3b9963744
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

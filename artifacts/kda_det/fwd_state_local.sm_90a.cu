@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:aeecd0247e4bf3e7db6acfebe7a6117c6561d5951045f6678c60173c8664b49d
+// identity: sha256:25d8860cbe0501bbf0a5b8033131d5aeea6b9d44a5b5fa7d9d76903e7c46de37
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -239,12 +239,22 @@ __device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
-    const float* __restrict__ W, const float* __restrict__ U, const float* __restrict__ Qg,
+    const float* __restrict__ W, const float* __restrict__ U_arg, const float* __restrict__ Qg,
     const float* __restrict__ Kd, const float* __restrict__ Aqk, const float* __restrict__ gl,
     const int* __restrict__ chunks, const int* __restrict__ seq_chunks,
-    const int* __restrict__ precise, const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht,
-    float* __restrict__ states_out, int H, int has_h0, int store_ht)
+    const int* __restrict__ precise, const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht_arg,
+    float* __restrict__ states_out_arg, int H, int has_h0_arg, int store_ht)
 {
+    // The local program's two passes in one launch (has_h0 = 3): grid.z = 2 R; blocks z < R run
+    // row z's offset pass (from 0, with U; end state to ht[z]), blocks z >= R row z - R's
+    // transition pass (from I, U = 0; end state to states_out[z - R]). Block-uniform.
+    const bool both = has_h0_arg == 3;
+    const bool trans = both && blockIdx.z >= gridDim.z / 2;
+    const float* __restrict__ const U = trans ? nullptr : U_arg;
+    float* __restrict__ const ht = trans ? states_out_arg : ht_arg;
+    float* __restrict__ const states_out = both ? nullptr : states_out_arg;
+    const int has_h0 = both ? (trans ? 2 : 0) : has_h0_arg;
+    const int n = trans ? blockIdx.z - gridDim.z / 2 : blockIdx.z;  // the row of seq_chunks
     // ---- sm_90a: the chain in registers (docs/kernel-notes.md, session 10). Warpgroup 0 keeps S^T
     // (64 value rows x 128 keys) as wgmma accumulators and runs the chain transposed,
     //   Vnew^T = U^T - S^T W^T,   S^T = S^T diag(gl) + Vnew^T Kd,
@@ -268,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
     auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ws) >> 2); };
 
-    const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
+    const int vb = blockIdx.x, h = blockIdx.y;
     // wg and split through a warp shuffle: ptxas then knows them warp-uniform, and a wgmma under a
     // branch on them is not serialized (C7518 / C7519 "divergent path" otherwise).
     const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), w = (tid >> 5) & 3;

@@ -57,7 +57,7 @@ def beta_flags(config: Config, beta: torch.Tensor) -> int:
 STATE = Variant(stage=Stage.fwd_state).key
 STATE_LOCAL = Variant(stage=Stage.fwd_state_local).key  # the state pass without O
 COMBINE = Variant(stage=Stage.seg_combine).key  # kda_cp only
-COMBINE_COLUMNS = 4  # value columns per kda_seg_combine block
+COMBINE_COLUMNS = 16  # value columns per kda_seg_combine block
 
 
 def records(
@@ -217,18 +217,18 @@ def forward(  # noqa: ANN201
 def _segmented_state_pass(
     fwd_state, local_state, combine, plan: seg.Plan, ops, h0, o, ht, states, H: int
 ):  # noqa: ANN001, ANN202
-    """Local passes over the split sequences' segments with the local program (no o; end states
-    B from zero, transitions M from the identity with U = 0), the combine of the segment
-    boundaries, then the serial program over every row from its true start. Returns M of every
-    local row (the backward combines with it)."""
+    """Local passes over the split sequences' segments with the local program, both in one
+    launch (no o; end states B from zero, transitions M from the identity with U = 0), the
+    combine of the segment boundaries, then the serial program over every row from its true
+    start. Returns M of every local row (the backward combines with it)."""
     W, U, Qg, Kd, Aqk, gl, chunks = ops
     f32 = dict(dtype=U.dtype, device=U.device)  # float32 (float64 in the CPU tests' stand-ins)
-    local = (plan.local_rows, plan.local_precise)
-    grid = (V // BV, H, plan.n_local)
     B_loc = torch.empty((plan.n_local, H, K, V), **f32)
-    local_state(grid, *ops, *local, None, None, B_loc, None, H, 0, 1)
-    M_loc = torch.empty((plan.n_local, H, K, K), **f32)
-    local_state(grid, W, None, Qg, Kd, Aqk, gl, chunks, *local, None, None, M_loc, None, H, 2, 1)
+    M_loc = torch.empty((plan.n_local, H, K, K), **f32)  # its own tensor: the backward keeps it
+    local_state(
+        (V // BV, H, 2 * plan.n_local), *ops, plan.local_rows, plan.local_precise, None, None,
+        B_loc, M_loc, H, 3, 1,
+    )  # fmt: skip
     X = torch.empty((plan.n_rows, H, K, V), **f32)
     N = int(plan.table.shape[0])
     combine((V // COMBINE_COLUMNS, H, N), M_loc, B_loc, plan.table, h0, X, H, 0)
