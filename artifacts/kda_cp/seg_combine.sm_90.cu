@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90
-// identity: sha256:0e564cce6fa28a1a71914bddfbe1f320d1584fe3aa4d5b3d7635a9ea6b3a63c8
+// identity: sha256:b39fce86b710ec84b61e07c1530ef88b29cd18e5d6091125d61cd44548607592
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -58,32 +58,27 @@ extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
     const float* __restrict__ M, const float* __restrict__ B, const int* __restrict__ table,
     const float* __restrict__ x0, float* __restrict__ X, int H, int reverse)
 {
-    constexpr int COLS = 16;  // value columns per block
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
-    float* Ms = reinterpret_cast<float*>(smem);                                     // [2][128][LD]
-    float (*Xs)[COLS] = reinterpret_cast<float (*)[COLS]>(Ms + 2 * 128 * LD_MAX);  // the state's columns
+    float* Ms = reinterpret_cast<float*>(smem);                               // [2][128][LD]
+    float (*Xs)[4] = reinterpret_cast<float (*)[4]>(Ms + 2 * 128 * LD_MAX);  // the state's 4 columns
 
     const int cb = blockIdx.x, h = blockIdx.y, n = blockIdx.z, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
-    // lanes q*8 .. q*8+7 share the reduction quarter q; a warp holds one 4-column group cg and
-    // 8 consecutive row groups rg, so a quarter-warp's M reads hit 8 consecutive rows
-    const int q = lane >> 3, cg = warp & 3, rg = 8 * (warp >> 2) + (lane & 7);
+    const int q = lane >> 3, r = 8 * warp + (lane & 7);  // lanes q*8 .. q*8+7: rows of this warp
     const int LD = reverse ? 136 : 132;
     const int f = table[3 * n], P = table[3 * n + 1], l = table[3 * n + 2];
-    const int col = COLS * cb;
-    const int r_out = rg + 32 * q;  // after the reduction, lane q adds B and stores row rg + 32 q
-    auto at = [&](long long row, int r) {  // offset of element (r, col + 4 cg) of state [row, h]
-        return ((row * H + h) * 128 + r) * 128 + col + 4 * cg;
+    const int col = 4 * cb;
+    auto at = [&](long long row) {  // offset of element (r, col) of state [row, h]
+        return ((row * H + h) * 128 + r) * 128 + col;
     };
 
-    {  // the boundary value: thread tid loads / stores 4 columns of row tid / 4
-        const int rr = tid >> 2, c = 4 * (tid & 3);
+    if (tid < 128) {  // one thread per row loads / stores the boundary value
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        const long long o = ((static_cast<long long>(n) * H + h) * 128 + rr) * 128 + col + c;
+        const long long o = ((static_cast<long long>(n) * H + h) * 128 + tid) * 128 + col;
         if (x0 != nullptr) x = *reinterpret_cast<const float4*>(x0 + o);
         const long long first_out = reverse ? f + P - 1 : f;
-        *reinterpret_cast<float4*>(X + ((first_out * H + h) * 128 + rr) * 128 + col + c) = x;
-        *reinterpret_cast<float4*>(&Xs[rr][c]) = x;
+        *reinterpret_cast<float4*>(X + ((first_out * H + h) * 128 + tid) * 128 + col) = x;
+        *reinterpret_cast<float4*>(Xs[tid]) = x;
     }
     if (P < 2) return;  // block-uniform
 
@@ -102,66 +97,46 @@ extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
 
     issue(0, l + seg(0));
     cake_cp_async_commit();
-    float4 b_next = *reinterpret_cast<const float4*>(B + at(l + seg(0), r_out));
+    float4 b_next = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (q == 0) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(0)));
 #pragma unroll 1
     for (int s = 0; s < P - 1; ++s) {
         const int p = seg(s);
         if (s + 1 < P - 1) issue((s + 1) & 1, l + seg(s + 1));
         cake_cp_async_commit();
         const float4 b = b_next;  // loaded during the last step; the next one flies over this one
-        if (s + 1 < P - 1) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1), r_out));
+        if (q == 0 && s + 1 < P - 1) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1)));
         cake_cp_async_wait<1>();
         __syncthreads();  // M[p] landed for every thread; Xs holds the previous state
         const float* m = Ms + (s & 1) * 128 * LD_MAX;
-        float4 acc[4], odd[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-            odd[i] = acc[i];
-        }
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f), odd = acc;
         if (!reverse) {
-#pragma unroll 2
+#pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const int k = 4 * (q + 4 * j);
-                const float4 x_0 = *reinterpret_cast<const float4*>(&Xs[k][4 * cg]);
-                const float4 x_1 = *reinterpret_cast<const float4*>(&Xs[k + 1][4 * cg]);
-                const float4 x_2 = *reinterpret_cast<const float4*>(&Xs[k + 2][4 * cg]);
-                const float4 x_3 = *reinterpret_cast<const float4*>(&Xs[k + 3][4 * cg]);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const float4 mk = *reinterpret_cast<const float4*>(m + (rg + 32 * i) * LD + k);
-                    fma4(acc[i], mk.x, x_0);
-                    fma4(odd[i], mk.y, x_1);
-                    fma4(acc[i], mk.z, x_2);
-                    fma4(odd[i], mk.w, x_3);
-                }
+                const float4 mk = *reinterpret_cast<const float4*>(m + r * LD + k);
+                fma4(acc, mk.x, *reinterpret_cast<const float4*>(Xs[k]));
+                fma4(odd, mk.y, *reinterpret_cast<const float4*>(Xs[k + 1]));
+                fma4(acc, mk.z, *reinterpret_cast<const float4*>(Xs[k + 2]));
+                fma4(odd, mk.w, *reinterpret_cast<const float4*>(Xs[k + 3]));
             }
         } else {
-#pragma unroll 4
+#pragma unroll
             for (int j = 0; j < 32; j += 2) {
                 const int k = q + 4 * j;
-                const float4 x_0 = *reinterpret_cast<const float4*>(&Xs[k][4 * cg]);
-                const float4 x_4 = *reinterpret_cast<const float4*>(&Xs[k + 4][4 * cg]);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    fma4(acc[i], m[k * LD + rg + 32 * i], x_0);
-                    fma4(odd[i], m[(k + 4) * LD + rg + 32 * i], x_4);
-                }
+                fma4(acc, m[k * LD + r], *reinterpret_cast<const float4*>(Xs[k]));
+                fma4(odd, m[(k + 4) * LD + r], *reinterpret_cast<const float4*>(Xs[k + 4]));
             }
         }
-        float4 out = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float4 a = make_float4(acc[i].x + odd[i].x, acc[i].y + odd[i].y, acc[i].z + odd[i].z,
-                                   acc[i].w + odd[i].w);
-            a = shfl_add(a, 8);   // (q0 + q1), (q2 + q3)
-            a = shfl_add(a, 16);  // + the other pair: every lane of the row holds the sum
-            if (i == q) out = a;
-        }
-        out = make_float4(out.x + b.x, out.y + b.y, out.z + b.z, out.w + b.w);
+        acc = make_float4(acc.x + odd.x, acc.y + odd.y, acc.z + odd.z, acc.w + odd.w);
+        acc = shfl_add(acc, 8);   // (q0 + q1), (q2 + q3)
+        acc = shfl_add(acc, 16);  // + the other pair: every lane of the row holds the sum
+        acc = make_float4(acc.x + b.x, acc.y + b.y, acc.z + b.z, acc.w + b.w);
         __syncthreads();  // every read of Xs and of this M buffer is done
-        *reinterpret_cast<float4*>(&Xs[r_out][4 * cg]) = out;
-        *reinterpret_cast<float4*>(X + at(reverse ? f + p - 1 : f + p + 1, r_out)) = out;
+        if (q == 0) {
+            *reinterpret_cast<float4*>(Xs[r]) = acc;
+            *reinterpret_cast<float4*>(X + at(reverse ? f + p - 1 : f + p + 1)) = acc;
+        }
     }
     cake_cp_async_wait<0>();
 }

@@ -57,7 +57,7 @@ def beta_flags(config: Config, beta: torch.Tensor) -> int:
 STATE = Variant(stage=Stage.fwd_state).key
 STATE_LOCAL = Variant(stage=Stage.fwd_state_local).key  # the state pass without O
 COMBINE = Variant(stage=Stage.seg_combine).key  # kda_cp only
-COMBINE_COLUMNS = 16  # value columns per kda_seg_combine block
+COMBINE_COLUMNS = 4  # value columns per kda_seg_combine block
 
 
 def records(
