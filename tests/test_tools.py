@@ -1,13 +1,16 @@
-"""The tools' pure parts, on the CPU: tools/ab_table.py reads the `ab` step's log;
+"""The tools' pure parts, on the CPU: tools/ab_table.py reads the `ab` step's log; tools/bench.py keeps
+what a cut-short run measured;
 tools/state_precision.py's operand formats round as the byte-diet plan says."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
+import pytest  # noqa: E402
 import torch  # noqa: E402
 from ab_table import parse  # noqa: E402
 from state_precision import f16_hilo, f16_scaled, tf32  # noqa: E402
@@ -118,3 +121,39 @@ def test_every_ablation_applies_to_the_shipped_programs():
                     assert out.index(new) > out.rindex(HEADERS_END), f"{name} {ab}: {new}"
     with pytest.raises(SystemExit, match="ablation text not found"):
         apply("int main() {}", [("no such text", "")])
+
+
+def test_bench_speed_json_keeps_the_finished_variants_of_a_run_cut_short(monkeypatch, tmp_path):
+    """tools/bench.py's speed mode writes its JSON after every variant (marked partial), so a run
+    that a device call's time limit kills keeps what it measured; the finished run overwrites it
+    whole. CPU stand-ins: timing and peak memory are stubbed, the second variant's timing stops
+    the run as a kill would."""
+    import bench
+
+    def standin(*, v, **kw):
+        return v * 1.0, None
+
+    timed: list[int] = []
+
+    def fake_time(fn, samples, calls):
+        timed.append(1)
+        if len(timed) > 2:  # fwd and fwd+bwd of the first variant, then the cut
+            raise KeyboardInterrupt
+        return 1.0
+
+    monkeypatch.setattr(bench, "DEVICE", "cpu")
+    monkeypatch.setattr(bench, "load_impls", lambda impls: ({"cake": standin}, []))
+    monkeypatch.setattr(bench, "cuda_time_ms", fake_time)
+    monkeypatch.setattr(bench, "peak_mib", lambda fn: 1.0)
+    out = tmp_path / "speed.json"
+    argv = ["--rows", "m2", "--impl", "cake", "--ops", "fwd,fwd+bwd", "--json", str(out)]
+    args = bench.build_parser().parse_args([*argv, "--variants", "g:off:saved,g:off:replay"])
+    args.argv = argv
+    with pytest.raises(KeyboardInterrupt):
+        bench.run_speed(args)
+    saved = json.loads(out.read_text())
+    assert saved["partial"] is True
+    assert [(r["path"], r["op"], r["cake_ms"]) for r in saved["speed"]] == [
+        ("saved", "fwd", 1.0),
+        ("saved", "fwd+bwd", 1.0),
+    ]

@@ -318,6 +318,14 @@ def run_speed(args) -> dict[str, Any]:
                 for op in ops:
                     results.append(speed_record(row, v, op, per_impl))
                 print_progress(results[-len(ops) :])
+                if args.json:  # what is done so far survives a run cut short by a time limit
+                    partial = {
+                        "meta": meta(args),
+                        "speed": results,
+                        "notes": notes,
+                        "partial": True,
+                    }
+                    Path(args.json).write_text(json.dumps(partial, indent=2, sort_keys=True) + "\n")
             del x, do
             torch.cuda.empty_cache()
     return {"meta": meta(args), "speed": results, "notes": notes}
