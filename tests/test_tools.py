@@ -1,6 +1,6 @@
-"""The tools' pure parts, on the CPU: tools/ab_table.py reads the `ab` step's log; tools/bench.py keeps
-what a cut-short run measured;
-tools/state_precision.py's operand formats round as the byte-diet plan says."""
+"""The tools' pure parts, on the CPU: tools/ab_table.py reads the `ab` step's log; tools/bench.py
+keeps what a cut-short run measured; tools/state_precision.py's operand formats round as the
+byte-diet plan says."""
 
 from __future__ import annotations
 
