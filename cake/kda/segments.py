@@ -7,6 +7,7 @@ then runs in three steps, all with the serial programs (kda_fwd_state / kda_bwd_
   local    every segment from a zero state: its end state B_p (the pass without o), and its K x K
            transition M_p = A_last ... A_first (the same pass on U = 0 from S = I, because the state
            update is affine in S: S' = A_c S + Kd_c^T U_c with A_c = Diag(gl_c) - Kd_c^T W_c);
+           both passes of every segment in one launch of the local program;
   combine  X_0 = h0 (or 0), X_{p+1} = M_p X_p + B_p: kda_seg_combine, one launch, fp32 in a fixed
            order, P - 1 steps of a 128 x 128 by 128 x 4 product per block;
   fix-up   every segment again from its true start X_p: o, the chunk-start states, the final state.
