@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a
-// identity: sha256:ff46abd1161a889ab882477e27dda875f165848a242cbacce157e0f1bb8d5e37
+// identity: sha256:b908adb92041a72c8d10472ef2e8b4b8f9a69d05ab925a71c2c7257562b9ea35
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -22,6 +22,11 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
     unsigned int r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+// One value rounded to nearest even (torch's .to(torch.bfloat16)), as bf16 bits.
+__device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
+    return (unsigned short)(cake_pack_bf16x2(x, 0.f) & 0xffffu);
 }
 // ---- end cake/bf16.cuh ----
 // ---- begin cake/mma.cuh ----
@@ -136,7 +141,7 @@ __device__ __forceinline__ float cake_load_beta(const void* beta, long long i, i
 // Rounded to nearest even, as torch's .to(torch.bfloat16).
 __device__ __forceinline__ void cake_store_beta(void* dbeta, long long i, float s, int flags) {
     if (flags & CAKE_BETA_BF16)
-        static_cast<unsigned short*>(dbeta)[i] = (unsigned short)(cake_pack_bf16x2(s, 0.f) & 0xffffu);
+        static_cast<unsigned short*>(dbeta)[i] = cake_f32_to_bf16(s);
     else
         static_cast<float*>(dbeta)[i] = s;
 }
@@ -174,9 +179,7 @@ constexpr bool kL2Norm = false;
 constexpr int kGate = 2;
 typedef unsigned short x_t;
 __device__ __forceinline__ float load_x(const x_t* p) { return cake_bf16_to_f32(*p); }
-__device__ __forceinline__ void store_dx(x_t* p, float v) {
-    *p = (unsigned short)(cake_pack_bf16x2(v, 0.f) & 0xffffu);
-}
+__device__ __forceinline__ void store_dx(x_t* p, float v) { *p = cake_f32_to_bf16(v); }
 
 // ---- shared-memory tile layouts -------------------------------------------------------------
 // fp32 tiles of width 64 or 128 with their 16-byte chunks XOR-swizzled per row by

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:2632b3cf0592d2fec250a0b26b8869ad700fdd3d3700cedd3bf0d80416de029f
+// identity: sha256:d456ef7647127935631a3cbfdfa1e6383e073a3ccf4ae65fa0360b2af70e93da
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -22,6 +22,11 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
     unsigned int r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+// One value rounded to nearest even (torch's .to(torch.bfloat16)), as bf16 bits.
+__device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
+    return (unsigned short)(cake_pack_bf16x2(x, 0.f) & 0xffffu);
 }
 // ---- end cake/bf16.cuh ----
 // ---- begin cake/mma.cuh ----
@@ -136,7 +141,7 @@ __device__ __forceinline__ float cake_load_beta(const void* beta, long long i, i
 // Rounded to nearest even, as torch's .to(torch.bfloat16).
 __device__ __forceinline__ void cake_store_beta(void* dbeta, long long i, float s, int flags) {
     if (flags & CAKE_BETA_BF16)
-        static_cast<unsigned short*>(dbeta)[i] = (unsigned short)(cake_pack_bf16x2(s, 0.f) & 0xffffu);
+        static_cast<unsigned short*>(dbeta)[i] = cake_f32_to_bf16(s);
     else
         static_cast<float*>(dbeta)[i] = s;
 }
@@ -174,9 +179,7 @@ constexpr bool kL2Norm = true;
 constexpr int kGate = 1;
 typedef unsigned short x_t;
 __device__ __forceinline__ float load_x(const x_t* p) { return cake_bf16_to_f32(*p); }
-__device__ __forceinline__ void store_dx(x_t* p, float v) {
-    *p = (unsigned short)(cake_pack_bf16x2(v, 0.f) & 0xffffu);
-}
+__device__ __forceinline__ void store_dx(x_t* p, float v) { *p = cake_f32_to_bf16(v); }
 
 // ---- shared-memory tile layouts -------------------------------------------------------------
 // fp32 tiles of width 64 or 128 with their 16-byte chunks XOR-swizzled per row by

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:2a03bc9e3e0b770f2a1971370fd19f2ef1daa9230dbe72294eb444b432e8fe24
+// identity: sha256:81eca93abfbf94d0e9eef8164d7dd53c2a233b2ca66e7a7335eb03a49abc1342
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -22,6 +22,11 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
     unsigned int r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+// One value rounded to nearest even (torch's .to(torch.bfloat16)), as bf16 bits.
+__device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
+    return (unsigned short)(cake_pack_bf16x2(x, 0.f) & 0xffffu);
 }
 // ---- end cake/bf16.cuh ----
 // ---- begin cake/mma.cuh ----
@@ -136,7 +141,7 @@ __device__ __forceinline__ float cake_load_beta(const void* beta, long long i, i
 // Rounded to nearest even, as torch's .to(torch.bfloat16).
 __device__ __forceinline__ void cake_store_beta(void* dbeta, long long i, float s, int flags) {
     if (flags & CAKE_BETA_BF16)
-        static_cast<unsigned short*>(dbeta)[i] = (unsigned short)(cake_pack_bf16x2(s, 0.f) & 0xffffu);
+        static_cast<unsigned short*>(dbeta)[i] = cake_f32_to_bf16(s);
     else
         static_cast<float*>(dbeta)[i] = s;
 }

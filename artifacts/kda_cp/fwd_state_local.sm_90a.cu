@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:bedae5fc35b5d1f016a7c95a5d5c9d8d08a7947cb3b3fae968b9bdf9b97a3c48
+// identity: sha256:f7bb4617d5410bd596062c90f3ea2d10fd64a06896e3558351370a39c90cb22a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -22,6 +22,11 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
     unsigned int r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+// One value rounded to nearest even (torch's .to(torch.bfloat16)), as bf16 bits.
+__device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
+    return (unsigned short)(cake_pack_bf16x2(x, 0.f) & 0xffffu);
 }
 // ---- end cake/bf16.cuh ----
 // ---- begin cake/mma.cuh ----

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:bb8aaf237e5d0a67e9f6a3c6b0609b1ae90aafd01e6ceb96ad2d8263a05ca37e
+// identity: sha256:9433526f615f1e7104d67c50ad64e63cc5660c0585c84259d55c533016a2f68c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -22,6 +22,11 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
     unsigned int r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+// One value rounded to nearest even (torch's .to(torch.bfloat16)), as bf16 bits.
+__device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
+    return (unsigned short)(cake_pack_bf16x2(x, 0.f) & 0xffffu);
 }
 // ---- end cake/bf16.cuh ----
 // ---- begin cake/mma.cuh ----
@@ -136,7 +141,7 @@ __device__ __forceinline__ float cake_load_beta(const void* beta, long long i, i
 // Rounded to nearest even, as torch's .to(torch.bfloat16).
 __device__ __forceinline__ void cake_store_beta(void* dbeta, long long i, float s, int flags) {
     if (flags & CAKE_BETA_BF16)
-        static_cast<unsigned short*>(dbeta)[i] = (unsigned short)(cake_pack_bf16x2(s, 0.f) & 0xffffu);
+        static_cast<unsigned short*>(dbeta)[i] = cake_f32_to_bf16(s);
     else
         static_cast<float*>(dbeta)[i] = s;
 }

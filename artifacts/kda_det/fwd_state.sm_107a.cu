@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:69d652e97a231339ba0f8a002ac38b28a6dc9a85a397106b0abc14d8da2e1321
+// identity: sha256:49042a5b93669f0903836251eed7c72639c925bee312b5e65737d7661d11ab6f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -22,6 +22,11 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
     unsigned int r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+}
+
+// One value rounded to nearest even (torch's .to(torch.bfloat16)), as bf16 bits.
+__device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
+    return (unsigned short)(cake_pack_bf16x2(x, 0.f) & 0xffffu);
 }
 // ---- end cake/bf16.cuh ----
 // ---- begin cake/mma.cuh ----

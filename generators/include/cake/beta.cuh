@@ -15,7 +15,7 @@ __device__ __forceinline__ float cake_load_beta(const void* beta, long long i, i
 // Rounded to nearest even, as torch's .to(torch.bfloat16).
 __device__ __forceinline__ void cake_store_beta(void* dbeta, long long i, float s, int flags) {
     if (flags & CAKE_BETA_BF16)
-        static_cast<unsigned short*>(dbeta)[i] = (unsigned short)(cake_pack_bf16x2(s, 0.f) & 0xffffu);
+        static_cast<unsigned short*>(dbeta)[i] = cake_f32_to_bf16(s);
     else
         static_cast<float*>(dbeta)[i] = s;
 }

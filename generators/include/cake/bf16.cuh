@@ -19,3 +19,8 @@ __device__ __forceinline__ unsigned int cake_pack_bf16x2(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+
+// One value rounded to nearest even (torch's .to(torch.bfloat16)), as bf16 bits.
+__device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
+    return (unsigned short)(cake_pack_bf16x2(x, 0.f) & 0xffffu);
+}
