@@ -319,15 +319,13 @@ def run_speed(args) -> dict[str, Any]:
                     results.append(speed_record(row, v, op, per_impl))
                 print_progress(results[-len(ops) :])
                 if args.json:  # what is done so far survives a run cut short by a time limit
-                    partial = {
-                        "meta": meta(args),
-                        "speed": results,
-                        "notes": notes,
-                        "partial": True,
-                    }
-                    Path(args.json).write_text(json.dumps(partial, indent=2, sort_keys=True) + "\n")
+                    write_json(args.json, {**result_of(args, results, notes), "partial": True})
             del x, do
             torch.cuda.empty_cache()
+    return result_of(args, results, notes)
+
+
+def result_of(args, results: list[dict[str, Any]], notes: list[str]) -> dict[str, Any]:
     return {"meta": meta(args), "speed": results, "notes": notes}
 
 
@@ -663,6 +661,10 @@ def draw_speedups(recs: Sequence[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def write_json(path: str, result: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+
+
 def report(result: dict[str, Any], args) -> None:
     if result.get("speed"):
         print(format_speed_table(result["speed"]))
@@ -673,7 +675,7 @@ def report(result: dict[str, Any], args) -> None:
     for note in result.get("notes", []):
         print(f"note: {note}")
     if args.json and not args.replot:
-        Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+        write_json(args.json, result)
         print(f"wrote {args.json}")
     if args.png:
         if not result.get("speed"):

@@ -48,10 +48,15 @@ def _chunk_record(gate: GateForm, l2n: L2Norm, g_dtype: torch.dtype) -> str:
     return Variant(stage=Stage.fwd_chunk, gate=gate, x=x, l2n=l2n).key
 
 
+BETA_SIGMOID, BETA_BF16 = 1, 2  # cake/beta.cuh's CAKE_BETA_SIGMOID, CAKE_BETA_BF16
+
+
 def beta_flags(config: Config, beta: torch.Tensor) -> int:
-    """kda_fwd_chunk's / kda_bwd_chunk's beta_flags (cake/beta.cuh): bit 0 the in-kernel sigmoid,
-    bit 1 beta (and dbeta) in bf16; the programs read beta and write dbeta in its own dtype."""
-    return int(config.beta_sigmoid) | (2 if beta.dtype == torch.bfloat16 else 0)
+    """kda_fwd_chunk's / kda_bwd_chunk's beta_flags: the in-kernel sigmoid, and beta (and dbeta)
+    in bf16; the programs read beta and write dbeta in its own dtype."""
+    return (BETA_SIGMOID if config.beta_sigmoid else 0) | (
+        BETA_BF16 if beta.dtype == torch.bfloat16 else 0
+    )
 
 
 STATE = Variant(stage=Stage.fwd_state).key
