@@ -31,12 +31,12 @@ K = V = 128
         ((16384,), 64, (1,)),  # 1doc: 64 heads already fill the GPU
         ((8192, 4096, 3072, 1024), 64, (1, 1, 1, 1)),  # 4doc
         ((9000, 4384, 3000), 4, (16, 8, 5)),  # R2: each sequence from its own length
-        ((2048, 1500), 4, (4, 3)),  # m2
+        ((2048, 1500), 4, (1, 1)),  # m2: 32 chunks and fewer are never split
         ((65536,), 1, (64,)),  # long, one head: 66 fit, capped at 64
         ((65536,), 4, (16,)),  # long, four heads
-        ((960,), 1, (1,)),  # 15 chunks: too short for two segments of 8
-        ((961,), 1, (2,)),
-        ((1024, 0, 1), 2, (2, 1, 1)),
+        ((2048,), 1, (1,)),  # 32 chunks: below MIN_SPLIT_CHUNKS
+        ((2049,), 1, (4,)),  # 33 chunks: four segments of at least 8
+        ((2200, 0, 1), 2, (4, 1, 1)),
     ],
 )
 def test_automatic_segments(lengths, heads, want):
@@ -259,10 +259,13 @@ def test_transitions_of_the_local_pass_are_the_chunk_products():
 
 
 def test_precise_flags_follow_the_automatic_split_and_reach_every_row():
-    cu = (0, 1000, 1000, 1065, 2500)
+    cu = (0, 2200, 2200, 2265, 4400)
     flags = seg.precise_flags(cu, 2, 132)
     assert flags == (1, 0, 0, 1)
     assert seg.precise_flags((0, 16384), 64, 132) == (0,)  # 1doc: 64 heads fill the GPU unsplit
+    # a sequence the automatic rule leaves whole runs precise when a call splits it
+    assert seg.precise_flags((0, 1000, 2000), 2, 132) == (0, 0)
+    assert seg.precise_flags((0, 1000, 2000), 2, 132, (3, 1)) == (1, 0)
     plan = seg.plan_for((5, 1, 2, 5), cu, CPU, flags)
     assert plan.seq_precise is not None and plan.seq_precise.tolist() == list(flags)
     assert plan.row_precise is not None and plan.local_precise is not None
