@@ -1,6 +1,7 @@
 """A small set for compute-sanitizer: every variant once, ragged lengths, forward and backward on
 both paths (saved and replay), then sync; the g form and the fused raw form again with a 1100-token
-sequence split into 3 segments (kda_cp: local passes, kda_seg_combine, fix-up)."""
+sequence split into 3 and into 5 segments (kda_cp: local passes, kda_seg_combine, fix-up; at 5 the
+combine's walk has four steps and reuses both of its M buffers)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ for gate, l2n, lb, segments in (
     ("raw", True, -5.0, None),
     ("g", False, None, 3),
     ("raw", True, -5.0, 3),
+    ("g", True, None, 5),
 ):
     inp = make_inputs(
         lengths=[1, 63, 65, 130, 0] if segments is None else [1, 1100, 65, 0],

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90
-// identity: sha256:d32227772494bc4591e5a724a725f66c753cb9870bfefb50c461c3043b739523
+// identity: sha256:b39fce86b710ec84b61e07c1530ef88b29cd18e5d6091125d61cd44548607592
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -38,7 +38,6 @@ namespace {
 // rows r0..r0+7 at the same column: banks 4r (LD = 132) are distinct. Reverse, a warp reads
 // scalars M[q + 4j][r] for 8 rows r and q = 0..3: banks 8q + r (LD = 136) are distinct.
 constexpr int LD_MAX = 136;
-constexpr int kStages = 3;  // M buffers: the tiles of steps s + 1 and s + 2 load during step s
 
 __device__ __forceinline__ void fma4(float4& a, float m, const float4& x) {
     a.x = fmaf(m, x.x, a.x);
@@ -60,8 +59,8 @@ extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
     const float* __restrict__ x0, float* __restrict__ X, int H, int reverse)
 {
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
-    float* Ms = reinterpret_cast<float*>(smem);                                      // [3][128][LD]
-    float (*Xs)[4] = reinterpret_cast<float (*)[4]>(Ms + kStages * 128 * LD_MAX);  // the state's 4 columns
+    float* Ms = reinterpret_cast<float*>(smem);                               // [2][128][LD]
+    float (*Xs)[4] = reinterpret_cast<float (*)[4]>(Ms + 2 * 128 * LD_MAX);  // the state's 4 columns
 
     const int cb = blockIdx.x, h = blockIdx.y, n = blockIdx.z, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
@@ -96,25 +95,20 @@ extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
     };
     auto seg = [&](int s) { return reverse ? P - 1 - s : s; };  // the segment step s applies
 
-    // One commit group per step (empty past the last step), so that before step s's wait the
-    // newest two groups are those of steps s + 1 and s + 2.
     issue(0, l + seg(0));
-    cake_cp_async_commit();
-    if (1 < P - 1) issue(1, l + seg(1));
     cake_cp_async_commit();
     float4 b_next = make_float4(0.f, 0.f, 0.f, 0.f);
     if (q == 0) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(0)));
 #pragma unroll 1
-    for (int s = 0, buf = 0; s < P - 1; ++s, buf = buf == kStages - 1 ? 0 : buf + 1) {
+    for (int s = 0; s < P - 1; ++s) {
         const int p = seg(s);
-        // step s + 2's tile into the buffer step s - 1 read (free since that step's last barrier)
-        if (s + 2 < P - 1) issue(buf == 0 ? kStages - 1 : buf - 1, l + seg(s + 2));
+        if (s + 1 < P - 1) issue((s + 1) & 1, l + seg(s + 1));
         cake_cp_async_commit();
         const float4 b = b_next;  // loaded during the last step; the next one flies over this one
         if (q == 0 && s + 1 < P - 1) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1)));
-        cake_cp_async_wait<2>();
+        cake_cp_async_wait<1>();
         __syncthreads();  // M[p] landed for every thread; Xs holds the previous state
-        const float* m = Ms + buf * 128 * LD_MAX;
+        const float* m = Ms + (s & 1) * 128 * LD_MAX;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f), odd = acc;
         if (!reverse) {
 #pragma unroll
