@@ -53,9 +53,17 @@ BWD_NO_STATES = [("if (dS_end != nullptr) store_global(", "if (false) store_glob
 BWD_NO_DVN = [("if (dVn != nullptr && (x & 1) == 0)", "if (false)")]
 BWD_CHAIN = NO_LOAD + BWD_NO_STATES + BWD_NO_DVN
 
+NO_PRECISE = [
+    (
+        "int(precise != nullptr && precise[n] != 0)",
+        "0",
+    )
+]
+
 # per program (package-independent name), ablation name -> replacements
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
+        "noprecise": NO_PRECISE,
         "noload": NO_LOAD,
         "nostates": NO_STATES,
         "noo": NO_O,
@@ -144,6 +152,30 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             )
         ],
     },
+    # the precise chain (TF32 hi + lo of S and Vnew) of the rows of split sequences: its cost
+    "fwd_state_local.sm_90a": {"noprecise": NO_PRECISE},  # kda_cp only: the local passes
+    "seg_combine.sm_90a": {  # kda_cp only: what one step of the walk waits on
+        "noload": NO_LOAD,  # no M tiles (the products read whatever the buffers hold)
+        "nob": [("if (q == 0 && s + 1 < P - 1) b_next", "if (false) b_next")],
+        "nostore": [
+            (
+                "*reinterpret_cast<float4*>(X + at(reverse ? f + p - 1 : f + p + 1)) = acc;",
+                "(void)0;",
+            )
+        ],
+        "noproduct": [
+            ("for (int j = 0; j < 8; ++j) {", "for (int j = 0; j < 0; ++j) {"),
+            ("for (int j = 0; j < 32; j += 2) {", "for (int j = 0; j < 0; j += 2) {"),
+        ],
+        # the walk's barriers (both, every step): wrong results, the cost of the hand-offs
+        "nosync": [
+            (
+                "__syncthreads();  // M[p] landed for every thread; Xs holds the previous state",
+                "(void)0;",
+            ),
+            ("__syncthreads();  // every read of Xs and of this M buffer is done", "(void)0;"),
+        ],
+    },
     "bwd_chunk.gate-g.l2n-off.sm_90a": {
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
         # the mma k-loops of one phase each (the per-element work around them stays)
@@ -208,6 +240,13 @@ def apply(source: str, patches: list[tuple[str, str]]) -> str:
     return source
 
 
+def program_source(tree: Path, name: str) -> str:
+    """A rendered program of `tree` by its package-independent name: kda_det's, or kda_cp's for
+    the programs only kda_cp has (the combine)."""
+    det = tree / "artifacts" / "kda_det" / f"{name}.cu"
+    return (det if det.exists() else tree / "artifacts" / "kda_cp" / f"{name}.cu").read_text()
+
+
 def compile_variant(out: Path, name: str, tag: str, source: str) -> None:
     """source compiled for sm_90a into out/<name>.<tag>.cubin; prints its registers and spills."""
     from cake.compile import compile_source
@@ -224,7 +263,7 @@ def build(out: Path, only: list[str] | None) -> None:
     for name, ablations in ABLATIONS.items():
         # "same": the shipped source compiled here, the harness's control
         ablations = {"same": [], **ablations}
-        src = (ROOT / "artifacts" / "kda_det" / f"{name}.cu").read_text()
+        src = program_source(ROOT, name)
         for ab, patches in ablations.items():
             if not only or f"{name}:{ab}" in only or name in only:
                 compile_variant(out, name, ab, apply(src, patches))
@@ -237,8 +276,7 @@ def build_trees(out: Path, trees: list[str], programs: list[str]) -> None:
     for spec in trees:
         tag, _, where = spec.partition("=")
         for name in programs:
-            src = (Path(where) / "artifacts" / "kda_det" / f"{name}.cu").read_text()
-            compile_variant(out, name, f"tree-{tag}", src)
+            compile_variant(out, name, f"tree-{tag}", program_source(Path(where), name))
 
 
 def capture(step: Any) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...]]]:
