@@ -108,11 +108,11 @@ def test_every_ablation_applies_to_the_shipped_programs():
     """tools/ablate.py's text patches must each find their text in today's rendered programs (a
     template change that moves it must update the ablation, or the ablation stops ablating)."""
     import pytest
-    from ablate import ABLATIONS, HEADERS_END, apply
+    from ablate import ABLATIONS, HEADERS_END, apply, program_source
 
     root = Path(__file__).resolve().parent.parent
     for name, ablations in ABLATIONS.items():
-        src = (root / "artifacts" / "kda_det" / f"{name}.cu").read_text()
+        src = program_source(root, name)
         for ab, patches in ablations.items():
             out = apply(src, patches)
             assert out != src, f"{name} {ab} changed nothing"
