@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from cake.spec import Arch
+
 from .loader import SOURCES, EmuLoader, Options, emulate
 
 TESTS = Path(__file__).resolve().parents[2] / "tests"
@@ -188,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.emu.check", description=__doc__)
     parser.add_argument("--case", action="append", choices=list(CASES), help="default: all")
     parser.add_argument("--source", choices=SOURCES, default="templates")
+    parser.add_argument(
+        "--arch",
+        choices=["sm_90", "sm_90a"],
+        default="sm_90",
+        help="the programs of this arch (sm_90a: the wgmma bodies; default the portable twin)",
+    )
     parser.add_argument("--lengths", type=int, nargs="+", default=LENGTHS)
     parser.add_argument("--heads", type=int, default=HEADS)
     parser.add_argument("--seed", type=int, default=0)
@@ -208,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare_saved(*args.compare)
 
     def make_loader(options: Options) -> EmuLoader:
-        return EmuLoader(source=args.source, options=options)
+        return EmuLoader(arch=Arch(args.arch), source=args.source, options=options)
 
     options = Options(workers=args.workers)
     loader = make_loader(options)
