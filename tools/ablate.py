@@ -242,7 +242,7 @@ def apply(source: str, patches: list[tuple[str, str]]) -> str:
 
 def program_source(tree: Path, name: str) -> str:
     """A rendered program of `tree` by its package-independent name: kda_det's, or kda_cp's for
-    the programs only kda_cp has (the combine)."""
+    the programs only kda_cp has (the combine, the local state program)."""
     det = tree / "artifacts" / "kda_det" / f"{name}.cu"
     return (det if det.exists() else tree / "artifacts" / "kda_cp" / f"{name}.cu").read_text()
 
