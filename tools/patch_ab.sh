@@ -14,21 +14,20 @@ shift 2
 root=$(git rev-parse --show-toplevel)
 py="$root/.venv/bin/python"
 trees=()
+dirs=()
 applied=()
-n=0
+cleanup() { for d in "${dirs[@]}"; do git -C "$root" worktree remove --force "$d"; done; }
+trap cleanup EXIT  # the worktrees go also when a patch fails to apply or a render fails
 for patch in "$@"; do
-  n=$((n + 1))
   applied+=("$(realpath "$patch")")
-  dir=$(mktemp -d /tmp/patch_ab.p$n.XXXX)
-  rmdir "$dir"
+  n=${#applied[@]}
+  dir=/tmp/patch_ab.$$.p$n
   git -C "$root" worktree add -q --detach "$dir" HEAD
+  dirs+=("$dir")
   for p in "${applied[@]}"; do git -C "$dir" apply "$p"; done
   (cd "$dir" && PYTHONPATH="$dir" "$py" -m cake render >/dev/null && PYTHONPATH="$dir" "$py" -m cake migrate >/dev/null)
   echo "tree-p$n: HEAD + ${applied[*]##*/}"
   trees+=(--tree "p$n=$dir")
 done
 "$py" "$root/tools/ablate.py" build --out "$out" "${trees[@]}" --programs "$programs"
-for t in "${trees[@]}"; do
-  case $t in p*=*) git -C "$root" worktree remove --force "${t#*=}" ;; esac
-done
 echo "built into $out: carry it, then on the device: python tools/ablate.py time --dir $out --check --row ROW --variant V"
