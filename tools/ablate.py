@@ -203,23 +203,23 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "for (int kp = 0; kp < 0; ++kp) {\n                const float4 alo = ldf4(Vn",
             )
         ],
-        # phase 6's three parts, whole
+        # phase 6's three parts, whole (each n-tile pair runs (a), (b), (c) in turn)
         "no6a": [
             (
-                "if (rb > 0) {\n            const int r = 16 * rb;",
-                "if (false) {\n            const int r = 16 * rb;",
+                "if (rb > 0) {\n                CAKE_REIDX;",
+                "if (false) {\n                CAKE_REIDX;",
             )
         ],
         "no6b": [
             (
-                "if (rb < 3) {\n            const int er = 16 * rb + 15;",
-                "if (false) {\n            const int er = 16 * rb + 15;",
+                "if (rb < 3) {\n                CAKE_REIDX;",
+                "if (false) {\n                CAKE_REIDX;",
             )
         ],
         "no6c": [
             (
-                "j0, i1));\n            }\n#pragma unroll 1\n            for (int nh = 0; nh < 2; ++nh) {",
-                "j0, i1));\n            }\n#pragma unroll 1\n            for (int nh = 0; nh < 0; ++nh) {",
+                "            {\n                CAKE_REIDX;\n                const int j0 = 16 * rb + 4 * t;",
+                "            if (false) {\n                CAKE_REIDX;\n                const int j0 = 16 * rb + 4 * t;",
             )
         ],
     },
@@ -279,25 +279,39 @@ def build_trees(out: Path, trees: list[str], programs: list[str]) -> None:
             compile_variant(out, name, f"tree-{tag}", program_source(Path(where), name))
 
 
+_CARVED: list[Any] = []  # capture's workspaces, alive for the rest of the process
+
+
 def capture(step: Any) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...]]]:
-    """Every launch of one step: (Function, grid, args), the tensors kept alive."""
+    """Every launch of one step: (Function, grid, args), the tensors kept alive, and with them
+    every workspace the step carved: a launch takes a carved buffer by its bare address, which
+    would otherwise dangle once autograd frees the workspace (the next allocations, the bit
+    check's reference copies among them, would land on a kernel's inputs)."""
     import torch
 
     import cake.launch as launch
+    from cake.kda.workspace import Carved
 
     calls: list[tuple[Any, tuple[int, ...], tuple[Any, ...]]] = []
     original = launch.Function.__call__
+    carve = Carved.__init__
 
     def recording(self: Any, grid: tuple[int, ...], *args: Any, stream: int | None = None) -> None:
         calls.append((self, grid, args))
         original(self, grid, *args, stream=stream)
 
+    def keeping(self: Any, layout: Any, flat: Any, extra: Any) -> None:
+        carve(self, layout, flat, extra)
+        _CARVED.append(flat)
+
     launch.Function.__call__ = recording  # type: ignore[method-assign]
+    Carved.__init__ = keeping  # type: ignore[method-assign]
     try:
         step()
         torch.cuda.synchronize()
     finally:
         launch.Function.__call__ = original  # type: ignore[method-assign]
+        Carved.__init__ = carve  # type: ignore[method-assign]
     return calls
 
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a
-// identity: sha256:d2846a388d29e55d9faa1e23852af8f088f6897cde3268e8e5ebfd82f1d79fd8
+// identity: sha256:77eb2407e42dd85870375678b22555a2ea1c21820bcae815960e858ea326e44e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -243,6 +243,16 @@ __device__ __forceinline__ float4 ld4_bf16(const unsigned short* s, int r, int u
 }
 __device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d) {
     return cake_bf16_to_f32(s[at_bf16(r, d >> 2) + (d & 3)]);
+}
+// Elements (r, d) and (r, d + 1), d even: one 32-bit load where ld1_bf16 twice took two.
+__device__ __forceinline__ float2 ld2_bf16(const unsigned short* s, int r, int d) {
+    const unsigned int p = *reinterpret_cast<const unsigned int*>(s + at_bf16(r, d >> 2) + (d & 3));
+    return make_float2(cake_bf16_lo(p), cake_bf16_hi(p));
+}
+// An accumulator's four elements e = 0..3: (i0, d), (i0, d + 1), (i1, d), (i1, d + 1), d even.
+__device__ __forceinline__ float4 ldq_bf16(const unsigned short* s, int i0, int i1, int d) {
+    const float2 a = ld2_bf16(s, i0, d), b = ld2_bf16(s, i1, d);
+    return make_float4(a.x, a.y, b.x, b.y);
 }
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
@@ -499,8 +509,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
-            const float2 va = make_float2(ld1_bf16(vs, i0, col), ld1_bf16(vs, i0, col + 1));
-            const float2 vb = make_float2(ld1_bf16(vs, i1, col), ld1_bf16(vs, i1, col + 1));
+            const float2 va = ld2_bf16(vs, i0, col), vb = ld2_bf16(vs, i1, col);
             db0 = fmaf(va.x, acc[ni][0], db0); db0 = fmaf(va.y, acc[ni][1], db0);
             db1 = fmaf(vb.x, acc[ni][2], db1); db1 = fmaf(vb.y, acc[ni][3], db1);
             if (i0 < L)
@@ -553,11 +562,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             cake_sched_fence();
+            const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * ni + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
                 const float eg = cake_ex2(gs[fx<128>(i, d)]);
-                const float kn = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
                 const float kg = kn * eg;
                 const float dqa = scale * eg * aO[ni][e];
                 const float dka = -(e < 2 ? b0 : b1) * eg * aY[ni][e];
@@ -575,8 +585,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
-            X[ni][0] = ld1_bf16(vs, i0, col); X[ni][1] = ld1_bf16(vs, i0, col + 1);
-            X[ni][2] = ld1_bf16(vs, i1, col); X[ni][3] = ld1_bf16(vs, i1, col + 1);
+            const float4 v4 = ldq_bf16(vs, i0, i1, col);
+            X[ni][0] = v4.x; X[ni][1] = v4.y; X[ni][2] = v4.z; X[ni][3] = v4.w;
         }
         const float rk0 = rkf(i0), rk1 = rkf(i1);
         int bq[4][2];  // S_c^T gathers of the four n-tiles' columns
@@ -760,13 +770,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             float cs[2] = {0.f, 0.f};
+            const float4 q4 = ldq_bf16(qs, i0, i1, 32 * cq + 8 * ni + 2 * t);
+            const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * ni + 2 * t);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
                 const float fd = cake_ex2(gs[fx<128>(L - 1, d)] - gs[fx<128>(i, d)]);
                 const float D = fd * acc[ni][e];
-                const float qn = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
-                const float kn = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
+                const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
                 float dgv = 0.f;
                 dgv += qn * Dq[ni][e] + kn * Dk[ni][e];  // phase 3a's Qg dQg + Kg dKg
                 const float xx = kn * D;
@@ -805,13 +817,40 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 cake_prefetch_l2(xin + in_base + (long long)r * tok_stride + (tid % kLines) * (128 / kLines));
         }
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
-        // (a) row gradients, off-diagonal blocks J < rb, reference r = 16 rb:
-        // out_I = 2^(G_I - G_r) (dA_IJ @ (k_J 2^(G_r - G_J))).
-        // Two n-tiles (16 key dims) at a time: halves the live accumulators (register pressure).
-        if (rb > 0) {
-            const int r = 16 * rb;
+        // (a), (b) and (c) below all add to this thread's own elements of dq (RC), dk (DK) and
+        // dGamma (RD): rows i0, i1 and, per n-tile pair nh, the 8 elements (n, e) of columns
+        // 32 cq + 8 (2 nh + n) + 2 t + (e & 1). They run per pair, one after the other, on running
+        // sums held in registers between one load and one store of each element: the same adds in
+        // the same order as a read-modify-write per part (the same bits), and three shared-memory
+        // round trips per element instead of up to eight (the program is closest to the
+        // shared-memory pipe: session 13, ncu).
+        const int r = 16 * rb, er = r + 15;  // (a)'s reference row, (b)'s; (c) uses both
+        // (c)'s tensor-core path: when this warp's dims have a decay span below kFastSpan (the
+        // choice is per n-tile pair below and depends only on this chunk's own data).
+        float span = 0.f;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+                const int d = 32 * cq + 8 * ni + 2 * t + x;
+                span = fmaxf(span, gs[fx<128>(r, d)] - gs[fx<128>(er, d)]);
+            }
+        const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
 #pragma unroll 1
-            for (int nh = 0; nh < 2; ++nh) {
+        for (int nh = 0; nh < 2; ++nh) {
+            float sk[2][4], sg[2][4];  // running DK, RD of element (n, e)
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
+                    sk[n][e] = DK[fx<128>(i, d)];
+                    sg[n][e] = RD[fx<128>(i, d)];
+                }
+            // (a) row gradients, off-diagonal blocks J < rb, reference r = 16 rb:
+            // out_I = 2^(G_I - G_r) (dA_IJ @ (k_J 2^(G_r - G_J))).
+            if (rb > 0) {
+                CAKE_REIDX;
                 float aq[2][4], ak[2][4];
 #pragma unroll
                 for (int n = 0; n < 2; ++n)
@@ -851,27 +890,26 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     }
                 }
 #pragma unroll
-                for (int n = 0; n < 2; ++n)
+                for (int n = 0; n < 2; ++n) {
+                    const float4 q4 = ldq_bf16(qs, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
+                    const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int ni = 2 * nh + n;
-                        const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
-                        const float er = cake_ex2(gs[fx<128>(i, d)] - gs[fx<128>(r, d)]);
-                        const float dqo = er * aq[n][e], dkr = er * ak[n][e];
-                        const float qn = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
-                        const float kn = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                        const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
+                        const float erf = cake_ex2(gs[fx<128>(i, d)] - gs[fx<128>(r, d)]);
+                        const float dqo = erf * aq[n][e], dkr = erf * ak[n][e];
+                        const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
+                        const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
                         RC[fx<128>(i, d)] += dqo;
-                        DK[fx<128>(i, d)] += dkr;
-                        RD[fx<128>(i, d)] += qn * dqo + kn * dkr;
+                        sk[n][e] += dkr;
+                        sg[n][e] += qn * dqo + kn * dkr;
                     }
+                }
             }
-        }
-        // (b) column gradients, off-diagonal blocks I > rb, reference e = last row of block rb:
-        // out_J = 2^(G_e - G_J) (dA_IJ^T @ (a_I 2^(G_I - G_e))).
-        if (rb < 3) {
-            const int er = 16 * rb + 15;
-#pragma unroll 1
-            for (int nh = 0; nh < 2; ++nh) {
+            // (b) column gradients, off-diagonal blocks I > rb, reference er = last row of block rb:
+            // out_J = 2^(G_er - G_J) (dA_IJ^T @ (a_I 2^(G_I - G_er))).
+            if (rb < 3) {
+                CAKE_REIDX;
                 float aq[2][4], ak[2][4];
 #pragma unroll
                 for (int n = 0; n < 2; ++n)
@@ -917,54 +955,27 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     }
                 }
 #pragma unroll
-                for (int n = 0; n < 2; ++n)
+                for (int n = 0; n < 2; ++n) {
+                    const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int ni = 2 * nh + n;
-                        const int j = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
+                        const int j = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
                         const float f = cake_ex2(gs[fx<128>(er, d)] - gs[fx<128>(j, d)]);
                         const float dko = f * (aq[n][e] + ak[n][e]);
-                        const float kn = ld1_bf16(ks, j, d) * (e < 2 ? rk0 : rk1);
-                        DK[fx<128>(j, d)] += dko;
-                        RD[fx<128>(j, d)] -= kn * dko;
+                        const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
+                        sk[n][e] += dko;
+                        sg[n][e] -= kn * dko;
                     }
-            }
-        }
-        // (c) diagonal block rb. For each own row i and every row u of the block: u < i is a
-        // row-gradient term of i, u > i a column-gradient term of i (as j), u = i the diagonal pair,
-        // which goes to dq / dk but never to dGamma. When this warp's dims have a decay span below
-        // kFastSpan: tensor cores, rows as in (a) (reference r = 16 rb, u < i kept by masking dA),
-        // columns as in (b) (reference re = r + 15, u > i kept); otherwise, or if a product
-        // overflowed, exact elementwise fp32. Two n-tiles at a time; the choice is per n-tile pair
-        // and depends only on this chunk's own data.
-        {
-            const int r = 16 * rb, re = r + 15, j0 = r + 4 * t;
-            float span = 0.f;
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-                for (int x = 0; x < 2; ++x) {
-                    const int d = 32 * cq + 8 * ni + 2 * t + x;
-                    span = fmaxf(span, gs[fx<128>(r, d)] - gs[fx<128>(re, d)]);
                 }
-            const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
-            // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32, loaded once for both
-            // n-tile pairs (the column operands from per-column offsets, as in (b)).
-            float4 a1lo, a1hi, a2lo, a2hi, c1lo, c1hi, c2lo, c2hi;
-            if (fast_span) {
-                a1lo = r4(keep_below(ldf4(TT, fx<64>(i0, j0)), j0, i0));
-                a1hi = r4(keep_below(ldf4(TT, fx<64>(i1, j0)), j0, i1));
-                a2lo = r4(keep_below(ldf4(AK, fx<64>(i0, j0)), j0, i0));
-                a2hi = r4(keep_below(ldf4(AK, fx<64>(i1, j0)), j0, i1));
-                const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
-                const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
-                c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
-                c1hi = r4(keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1));
-                c2lo = r4(keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0));
-                c2hi = r4(keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1));
             }
-#pragma unroll 1
-            for (int nh = 0; nh < 2; ++nh) {
+            // (c) diagonal block rb. For each own row i and every row u of the block: u < i is a
+            // row-gradient term of i, u > i a column-gradient term of i (as j), u = i the diagonal
+            // pair, which goes to dq / dk but never to dGamma. On the fast span: tensor cores, rows as
+            // in (a) (reference r, u < i kept by masking dA), columns as in (b) (reference er, u > i
+            // kept); otherwise, or if a product overflowed, exact elementwise fp32.
+            {
+                CAKE_REIDX;
+                const int j0 = 16 * rb + 4 * t;
                 bool fast = fast_span;
                 float arq[2][4], ark[2][4], acl[2][4];
 #pragma unroll
@@ -972,6 +983,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
                     for (int x = 0; x < 4; ++x) arq[n][x] = ark[n][x] = acl[n][x] = 0.f;
                 if (fast) {
+                    // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32 (the column operands
+                    // from per-column offsets, as in (b)).
+                    const float4 a1lo = r4(keep_below(ldf4(TT, fx<64>(i0, j0)), j0, i0));
+                    const float4 a1hi = r4(keep_below(ldf4(TT, fx<64>(i1, j0)), j0, i1));
+                    const float4 a2lo = r4(keep_below(ldf4(AK, fx<64>(i0, j0)), j0, i0));
+                    const float4 a2hi = r4(keep_below(ldf4(AK, fx<64>(i1, j0)), j0, i1));
+                    const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
+                    const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
+                    const float4 c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
+                    const float4 c1hi = r4(keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1));
+                    const float4 c2lo = r4(keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0));
+                    const float4 c2hi = r4(keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1));
                     // The B gathers (rows u = 16 rb + 4 t + e) from per-column offsets, as in (a), (b).
                     const float* gR = gs + 2048 * rb;
                     const unsigned short* kR = ks + 2048 * rb;
@@ -979,7 +1002,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
                     for (int n = 0; n < 2; ++n) {
                         const int d = 32 * cq + 8 * (2 * nh + n) + g;
-                        const float gr = gs[fx<128>(r, d)], ge = gs[fx<128>(re, d)];
+                        const float gr = gs[fx<128>(r, d)], ge = gs[fx<128>(er, d)];
                         const int gq0 = tg_col(128, t, d, 0), gq1 = tg_col(128, t, d, 1);
                         // B = hi + lo, both TF32 (error ~2^-22): the row and column terms of a pair
                         // enter dGamma with opposite signs and cancel in dg's reverse cumsum, so
@@ -1013,34 +1036,48 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                             finite = finite && isfinite(arq[n][x]) && isfinite(ark[n][x]) && isfinite(acl[n][x]);
                     fast = __all_sync(0xffffffffu, finite);
                 }
-                if (fast) {
-                    const float dd0 = TT[fx<64>(i0, i0)], dd1 = TT[fx<64>(i1, i1)];  // s dAqk_ii
+                auto store_sums = [&]() {
 #pragma unroll
                     for (int n = 0; n < 2; ++n)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
+                            DK[fx<128>(i, d)] = sk[n][e];
+                            RD[fx<128>(i, d)] = sg[n][e];
+                        }
+                };
+                if (fast) {
+                    const float dd0 = TT[fx<64>(i0, i0)], dd1 = TT[fx<64>(i1, i1)];  // s dAqk_ii
+#pragma unroll
+                    for (int n = 0; n < 2; ++n) {
+                        const float4 q4 = ldq_bf16(qs, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
+                        const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
                             const float gi = gs[fx<128>(i, d)];
-                            const float er = cake_ex2(gi - gs[fx<128>(r, d)]);
-                            const float fc = cake_ex2(gs[fx<128>(re, d)] - gi);
-                            const float rq_ = er * arq[n][e], rk_ = er * ark[n][e], col = fc * acl[n][e];
-                            const float qi = ld1_bf16(qs, i, d) * (e < 2 ? rq0 : rq1);
-                            const float ki = ld1_bf16(ks, i, d) * (e < 2 ? rk0 : rk1);
+                            const float erf = cake_ex2(gi - gs[fx<128>(r, d)]);
+                            const float fc = cake_ex2(gs[fx<128>(er, d)] - gi);
+                            const float rq_ = erf * arq[n][e], rk_ = erf * ark[n][e], col = fc * acl[n][e];
+                            const float qi = g4(q4, e) * (e < 2 ? rq0 : rq1);
+                            const float ki = g4(k4, e) * (e < 2 ? rk0 : rk1);
                             const float dd = e < 2 ? dd0 : dd1;
                             RC[fx<128>(i, d)] += rq_ + dd * ki;
-                            DK[fx<128>(i, d)] += rk_ + col + dd * qi;
-                            RD[fx<128>(i, d)] += qi * rq_ + ki * rk_ - ki * col;
+                            sk[n][e] += rk_ + col + dd * qi;
+                            sg[n][e] += qi * rq_ + ki * rk_ - ki * col;
                         }
-                } else {  // exact elementwise fp32, n-tiles 2 nh, 2 nh + 1
+                    }
+                    store_sums();
+                } else {  // exact elementwise fp32, n-tiles 2 nh, 2 nh + 1, on shared memory (rare)
+                    store_sums();
 #pragma unroll
                     for (int hr = 0; hr < 2; ++hr) {
-                        const int xh = nh;
                         const int i = hr == 0 ? i0 : i1;
                         const float rqi = hr == 0 ? rq0 : rq1, rki = hr == 0 ? rk0 : rk1;
                         float qi[4], ki[4], gi[4], rq_[4], rk_[4], cq_[4], ck_[4];
 #pragma unroll
                         for (int x = 0; x < 4; ++x) {
-                            const int d = 32 * cq + 8 * (2 * xh + (x >> 1)) + 2 * t + (x & 1);
+                            const int d = 32 * cq + 8 * (2 * nh + (x >> 1)) + 2 * t + (x & 1);
                             qi[x] = ld1_bf16(qs, i, d) * rqi;
                             ki[x] = ld1_bf16(ks, i, d) * rki;
                             gi[x] = gs[fx<128>(i, d)];
@@ -1056,7 +1093,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                             const float rqu = rqf(u), rku = rkf(u);
 #pragma unroll
                             for (int x = 0; x < 4; ++x) {
-                                const int d = 32 * cq + 8 * (2 * xh + (x >> 1)) + 2 * t + (x & 1);
+                                const int d = 32 * cq + 8 * (2 * nh + (x >> 1)) + 2 * t + (x & 1);
                                 const float gu = gs[fx<128>(u, d)];
                                 const float ku = ld1_bf16(ks, u, d) * rku;
                                 if (lo) {
@@ -1074,9 +1111,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         const float dd = TT[fx<64>(i, i)];  // s dAqk_ii: the diagonal pair, kept out of dGamma
 #pragma unroll
                         for (int x = 0; x < 4; ++x) {
-                            const int ni = 2 * xh + (x >> 1), e = 2 * hr + (x & 1);
+                            const int n = x >> 1, e = 2 * hr + (x & 1);
                             const float col = cq_[x] + ck_[x];
-                            const int d = 32 * cq + 8 * ni + 2 * t + (x & 1);
+                            const int d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
                             RC[fx<128>(i, d)] += rq_[x] + dd * ki[x];
                             DK[fx<128>(i, d)] += rk_[x] + col + dd * qi[x];
                             RD[fx<128>(i, d)] += qi[x] * rq_[x] + ki[x] * rk_[x] - ki[x] * col;
@@ -1126,10 +1163,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
             if (kL2Norm) {
+                const float4 q4 = ldq_bf16(qs, i0, i1, col), k4 = ldq_bf16(ks, i0, i1, col);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int i = e < 2 ? i0 : i1, d = col + (e & 1);
-                    const float yq = ld1_bf16(qs, i, d) * rq[i], yk = ld1_bf16(ks, i, d) * rk[i];
+                    const float yq = g4(q4, e) * rq[i], yk = g4(k4, e) * rk[i];
                     const float dqv = RC[fx<128>(i, d)];
                     const float dkv = DK[fx<128>(i, d)];
                     if (e < 2) { pq0 = fmaf(yq, dqv, pq0); pk0 = fmaf(yk, dkv, pk0); }
@@ -1178,10 +1216,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 float c0 = dk2.x, c1 = dk2.y;
                 if (kL2Norm) {
                     const float r_q = rq[i], r_k = rk[i];
-                    a0 = r_q * (a0 - ld1_bf16(qs, i, col) * r_q * dotq);
-                    a1 = r_q * (a1 - ld1_bf16(qs, i, col + 1) * r_q * dotq);
-                    c0 = r_k * (c0 - ld1_bf16(ks, i, col) * r_k * dotk);
-                    c1 = r_k * (c1 - ld1_bf16(ks, i, col + 1) * r_k * dotk);
+                    const float2 y2 = ld2_bf16(qs, i, col), z2 = ld2_bf16(ks, i, col);
+                    a0 = r_q * (a0 - y2.x * r_q * dotq);
+                    a1 = r_q * (a1 - y2.y * r_q * dotq);
+                    c0 = r_k * (c0 - z2.x * r_k * dotk);
+                    c1 = r_k * (c1 - z2.y * r_k * dotk);
                 }
                 const long long o = in_base + (long long)i * tok_stride + col;
                 *reinterpret_cast<unsigned int*>(dq_out + o) = cake_pack_bf16x2(a0, a1);
