@@ -100,7 +100,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "const long long in_base = (long long)h * 128;\n"
                 "    const long long out_base = (long long)t0 * tok_stride + (long long)h * 128;",
             ),
-            ("G_out + in_base + d", "G_out + out_base + d"),
+            ("G_out + in_base + (long long)r", "G_out + out_base + (long long)r"),
             ("(beta, (long long)(t0 + tid) * H + h,", "(beta, (long long)tid * H + h,"),
         ],
         # every block writes the first chunk's tiles (L2 hits, no DRAM writes)
@@ -111,12 +111,13 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("float* kk = Akk_out + ws * 4096;", "float* kk = Akk_out;"),
             ("float* out = (isW ? W : U) + ws * 8192;", "float* out = (isW ? W : U);"),
             ("float* tt = T_out + ws * 4096;", "float* tt = T_out;"),
-            ("G_out + in_base + d", "G_out + (long long)h * 128 + d"),
+            ("G_out + in_base + (long long)r", "G_out + (long long)h * 128 + (long long)r"),
         ],
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
         # one phase each: its share of the block's serial path
-        "nocumsum": [
-            ("for (int r0 = 0; r0 < 64; r0 += 16) {", "for (int r0 = 0; r0 < 0; r0 += 16) {")
+        "nocumsum": [  # both levels of Gamma's sums
+            ("if (r0 + i < L) {", "if (false) {"),
+            ("for (int v = 0; v < warp; ++v) {", "for (int v = 0; v < 0; ++v) {"),
         ],
         "noqk": [
             ("if (warp < 6) {", "if (false) {"),

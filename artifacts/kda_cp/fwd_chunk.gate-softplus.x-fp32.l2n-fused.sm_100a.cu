@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:74eba0eff6c55739e391a50f46f0a4d134e4992e8d89bd66c4bdd6b4674cf6e8
+// identity: sha256:907247b4e70a6121bbc0a3101341faaa7bfecce38d8a2ceb5a9426e6067c31d6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -266,11 +266,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     const long long in_base = (long long)t0 * tok_stride + (long long)h * 128;
     const long long ws = (long long)c * H + h;
 
-    // ---- load: q, k, v rows >= L become zeros. The gate input is staged in gs as the part of
-    // the log gate that does not involve the running sum (g itself, softplus(x + dt_bias), or
-    // sigmoid(exp(A_log) (x + dt_bias))); the per-dim sequential sum below adds it exactly as the
-    // gate stage does (its compiled form contracts -exp(A_log) * softplus + acc and
-    // lower_bound * sigmoid + acc into one fma each, hence the explicit fmaf).
+    // ---- load: q, k, v rows >= L become zeros. Gamma, the chunk-local inclusive cumsum of the
+    // log gate, in two levels (the gate stage, kda/gate.cu.j2, sums in the same order with the
+    // same roundings, so the bits are its G): thread (warp w, lane) holds rows 8 w .. 8 w + 7 of
+    // dims 4 lane .. 4 lane + 3 and sums them in order (level 1: the log gate g, or
+    // -exp(A_log) softplus(x + dt_bias), or lower_bound sigmoid(exp(A_log) (x + dt_bias)), each
+    // added with one fma as the gate stage's compiled form does, hence the explicit fmaf); after
+    // the barrier, row r of group w is G_r = off_w + local_r with off_w = (((0 + t_0) + t_1) ...
+    // + t_{w-1}), t_v group v's total (level 2). Rows >= L add nothing, so they repeat row L-1:
+    // every exponent below stays a non-positive difference and padding rows multiply exact zeros.
+    float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
 #pragma unroll
         for (int i = 0; i < 12; ++i) {
@@ -283,21 +288,28 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             cake_cp_async16(dst + at_bf16(r, 2 * ch), src, ok ? 16 : 0);
         }
         cake_cp_async_commit();
-        const int c4 = tid & 31, r0 = tid >> 5;
-        float4 gv[8];
+        const int c4 = lane, r0 = 8 * warp;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const int r = r0 + 8 * i;
+            const int r = r0 + i;
             gv[i] = r < L ? load_x4(x + in_base + (long long)r * tok_stride + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         const float4 bias = *reinterpret_cast<const float4*>(dt_bias + h * 128 + 4 * c4);
+        const float ea = expf(A_log[h]);
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             float4 p = gv[i];
             p.x = cake_softplus(p.x + bias.x); p.y = cake_softplus(p.y + bias.y);
             p.z = cake_softplus(p.z + bias.z); p.w = cake_softplus(p.w + bias.w);
-            *reinterpret_cast<float4*>(gs + at_gam(r0 + 8 * i, c4)) = p;
+            if (r0 + i < L) {
+                acc.x = __fmaf_rn(-ea, p.x, acc.x); acc.y = __fmaf_rn(-ea, p.y, acc.y);
+                acc.z = __fmaf_rn(-ea, p.z, acc.z); acc.w = __fmaf_rn(-ea, p.w, acc.w);
+            }
+            gv[i] = acc;
         }
+        // the group totals t_w, in M's tile (free until the qk products)
+        reinterpret_cast<float4*>(Ms)[32 * warp + c4] = acc;
         if (tid < 64) {
             float b = 0.f;
             if (tid < L) {
@@ -309,40 +321,35 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         __syncthreads();
     }
 
-    if (tid < 128) {
-        // Gamma: one thread per dim, rows in order (the gate stage's order and roundings, so the
-        // bits are its G). Rows >= L repeat row L-1, so that every exponent below stays a
-        // non-positive difference and padding rows multiply exact zeros. Stored * log2(e).
-        const int d = tid;
-        const float nea = -expf(A_log[h]);
-        float acc = 0.f;
-        float* gout = G_out != nullptr ? G_out + in_base + d : nullptr;
-        // 16 rows per batch: the loads of a batch are issued together (they cannot move above the
-        // previous batch's stores, which the compiler cannot prove disjoint), then the chain.
-#pragma unroll 1
-        for (int r0 = 0; r0 < 64; r0 += 16) {
-            float pv[16];
-#pragma unroll
-            for (int u = 0; u < 16; ++u) pv[u] = gs[at_gam(r0 + u, d >> 2) + (d & 3)];
-#pragma unroll
-            for (int u = 0; u < 16; ++u) {
-                const int r = r0 + u;
-                if (r < L) {
-                    acc = __fmaf_rn(nea, pv[u], acc);
-                    if (gout != nullptr) gout[(long long)r * tok_stride] = acc;
-                }
-                gs[at_gam(r, d >> 2) + (d & 3)] = acc * CAKE_LOG2E;
-            }
+    {
+        // Gamma, level 2; stored * log2(e)
+        float4 off = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int v = 0; v < warp; ++v) {
+            const float4 t4 = reinterpret_cast<const float4*>(Ms)[32 * v + lane];
+            off.x = __fadd_rn(off.x, t4.x); off.y = __fadd_rn(off.y, t4.y);
+            off.z = __fadd_rn(off.z, t4.z); off.w = __fadd_rn(off.w, t4.w);
         }
-    } else if (kL2Norm) {
+        const int r0 = 8 * warp;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int r = r0 + i;
+            const float4 G = make_float4(__fadd_rn(off.x, gv[i].x), __fadd_rn(off.y, gv[i].y),
+                                         __fadd_rn(off.z, gv[i].z), __fadd_rn(off.w, gv[i].w));
+            if (G_out != nullptr && r < L)
+                *reinterpret_cast<float4*>(G_out + in_base + (long long)r * tok_stride + 4 * lane) = G;
+            *reinterpret_cast<float4*>(gs + at_gam(r, lane)) =
+                make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
+        }
+    }
+    if (kL2Norm) {
         // One warp per row, fixed butterfly order: the norms are bitwise reproducible. Four rows
         // at a time, so the four shuffle chains overlap.
 #pragma unroll 1
-        for (int r4 = warp - 4; r4 < 128; r4 += 16) {
+        for (int r4 = warp; r4 < 128; r4 += 32) {
             float ss[4];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int rr = r4 + 4 * u;
+                const int rr = r4 + 8 * u;
                 float xv[4];
                 ld4_bf16(rr < 64 ? qs : ks, rr & 63, lane, xv);
                 ss[u] = xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3];
@@ -354,7 +361,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             if (lane == 0) {
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
-                    const int rr = r4 + 4 * u;
+                    const int rr = r4 + 8 * u;
                     (rr < 64 ? rq : rk)[rr & 63] = 1.0f / sqrtf(ss[u] + 1e-6f);
                 }
             }

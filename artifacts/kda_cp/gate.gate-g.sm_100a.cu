@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_100a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_100a
-// identity: sha256:a23e1486e4c706a48991437aa80db862c8eff80b0600918513cf0d98d8350c16
+// identity: sha256:01cbaee45e7404640b0c817469fcfe1021e9ba18c425593c5b54852f908eeab6
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 
@@ -41,11 +41,18 @@ extern "C" __global__ void __launch_bounds__(128) kda_gate(
 {
     const int c = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
     const int start = chunks[2 * c], len = chunks[2 * c + 1];
-    // Sequential over the chunk's rows: the sum order is fixed, so every run gives the same bits.
-    float acc = 0.f;
-    for (int r = 0; r < len; ++r) {
-        const long long i = ((long long)(start + r) * H + h) * 128 + d;
-        acc += load_x(x + i);
-        G[i] = acc;
+    // Over the chunk's rows in groups of 8 (the order and roundings kda_fwd_chunk's Gamma uses, so
+    // the bits are the same): row r of group w is off_w + local_r, local_r the group's rows up to
+    // r summed in order, off_w the earlier groups' totals summed in order. The order is fixed, so
+    // every run gives the same bits.
+    float off = 0.f;
+    for (int r0 = 0; r0 < len; r0 += 8) {
+        float acc = 0.f;
+        for (int r = r0; r < r0 + 8 && r < len; ++r) {
+            const long long i = ((long long)(start + r) * H + h) * 128 + d;
+            acc += load_x(x + i);
+            G[i] = __fadd_rn(off, acc);
+        }
+        off = __fadd_rn(off, acc);
     }
 }

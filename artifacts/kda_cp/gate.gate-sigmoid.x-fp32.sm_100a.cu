@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_100a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_100a
-// identity: sha256:427d9f833483e2d2257b2bc4a5d2f660fff6b9f13636c64e29a753a33b16ed64
+// identity: sha256:b17575ee4e6f6eac4691fa10d0700f3dcb9b9bb9a0015b7e540cdeaadabd2216
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 
@@ -43,11 +43,18 @@ extern "C" __global__ void __launch_bounds__(128) kda_gate(
     const int start = chunks[2 * c], len = chunks[2 * c + 1];
     const float a_log = A_log[h];
     const float bias = dt_bias[h * 128 + d];
-    // Sequential over the chunk's rows: the sum order is fixed, so every run gives the same bits.
-    float acc = 0.f;
-    for (int r = 0; r < len; ++r) {
-        const long long i = ((long long)(start + r) * H + h) * 128 + d;
-        acc += cake_gate_sigmoid(load_x(x + i), a_log, bias, lower_bound);
-        G[i] = acc;
+    // Over the chunk's rows in groups of 8 (the order and roundings kda_fwd_chunk's Gamma uses, so
+    // the bits are the same): row r of group w is off_w + local_r, local_r the group's rows up to
+    // r summed in order, off_w the earlier groups' totals summed in order. The order is fixed, so
+    // every run gives the same bits.
+    float off = 0.f;
+    for (int r0 = 0; r0 < len; r0 += 8) {
+        float acc = 0.f;
+        for (int r = r0; r < r0 + 8 && r < len; ++r) {
+            const long long i = ((long long)(start + r) * H + h) * 128 + d;
+            acc += cake_gate_sigmoid(load_x(x + i), a_log, bias, lower_bound);
+            G[i] = __fadd_rn(off, acc);
+        }
+        off = __fadd_rn(off, acc);
     }
 }

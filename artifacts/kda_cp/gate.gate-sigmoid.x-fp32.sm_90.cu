@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_90 by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_90
-// identity: sha256:3bc8bd88aec7ec9f7a6f136678f57988601348f398a9e280cdb96e4c4a7e9beb
+// identity: sha256:9715c3a08184b918967d676f088376f5173e7de8f190b8317153d093f055c179
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 
@@ -43,11 +43,18 @@ extern "C" __global__ void __launch_bounds__(128) kda_gate(
     const int start = chunks[2 * c], len = chunks[2 * c + 1];
     const float a_log = A_log[h];
     const float bias = dt_bias[h * 128 + d];
-    // Sequential over the chunk's rows: the sum order is fixed, so every run gives the same bits.
-    float acc = 0.f;
-    for (int r = 0; r < len; ++r) {
-        const long long i = ((long long)(start + r) * H + h) * 128 + d;
-        acc += cake_gate_sigmoid(load_x(x + i), a_log, bias, lower_bound);
-        G[i] = acc;
+    // Over the chunk's rows in groups of 8 (the order and roundings kda_fwd_chunk's Gamma uses, so
+    // the bits are the same): row r of group w is off_w + local_r, local_r the group's rows up to
+    // r summed in order, off_w the earlier groups' totals summed in order. The order is fixed, so
+    // every run gives the same bits.
+    float off = 0.f;
+    for (int r0 = 0; r0 < len; r0 += 8) {
+        float acc = 0.f;
+        for (int r = r0; r < r0 + 8 && r < len; ++r) {
+            const long long i = ((long long)(start + r) * H + h) * 128 + d;
+            acc += cake_gate_sigmoid(load_x(x + i), a_log, bias, lower_bound);
+            G[i] = __fadd_rn(off, acc);
+        }
+        off = __fadd_rn(off, acc);
     }
 }

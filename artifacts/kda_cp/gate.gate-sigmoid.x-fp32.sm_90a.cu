@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_90a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_90a
-// identity: sha256:7309b7c3b2c4f2ecf613f0b362db9f5ec48d2c974f990f523358b1248308bf78
+// identity: sha256:7a97386494d466e499b9f19fa989e2144b82e8a69842e1c2b2c46deab81419e0
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 
@@ -43,11 +43,18 @@ extern "C" __global__ void __launch_bounds__(128) kda_gate(
     const int start = chunks[2 * c], len = chunks[2 * c + 1];
     const float a_log = A_log[h];
     const float bias = dt_bias[h * 128 + d];
-    // Sequential over the chunk's rows: the sum order is fixed, so every run gives the same bits.
-    float acc = 0.f;
-    for (int r = 0; r < len; ++r) {
-        const long long i = ((long long)(start + r) * H + h) * 128 + d;
-        acc += cake_gate_sigmoid(load_x(x + i), a_log, bias, lower_bound);
-        G[i] = acc;
+    // Over the chunk's rows in groups of 8 (the order and roundings kda_fwd_chunk's Gamma uses, so
+    // the bits are the same): row r of group w is off_w + local_r, local_r the group's rows up to
+    // r summed in order, off_w the earlier groups' totals summed in order. The order is fixed, so
+    // every run gives the same bits.
+    float off = 0.f;
+    for (int r0 = 0; r0 < len; r0 += 8) {
+        float acc = 0.f;
+        for (int r = r0; r < r0 + 8 && r < len; ++r) {
+            const long long i = ((long long)(start + r) * H + h) * 128 + d;
+            acc += cake_gate_sigmoid(load_x(x + i), a_log, bias, lower_bound);
+            G[i] = __fadd_rn(off, acc);
+        }
+        off = __fadd_rn(off, acc);
     }
 }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_103a
-// identity: sha256:705f86fe53237d57380f626aa2d1886f05da39383a18e348db0d9f7ab94538f2
+// identity: sha256:1bf8298f39afe01052df6d382d1e1c7f6ed643f697d07b0f92d767489d70db67
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 
@@ -43,11 +43,18 @@ extern "C" __global__ void __launch_bounds__(128) kda_gate(
     const int start = chunks[2 * c], len = chunks[2 * c + 1];
     const float a_log = A_log[h];
     const float bias = dt_bias[h * 128 + d];
-    // Sequential over the chunk's rows: the sum order is fixed, so every run gives the same bits.
-    float acc = 0.f;
-    for (int r = 0; r < len; ++r) {
-        const long long i = ((long long)(start + r) * H + h) * 128 + d;
-        acc += cake_gate_sigmoid(load_x(x + i), a_log, bias, lower_bound);
-        G[i] = acc;
+    // Over the chunk's rows in groups of 8 (the order and roundings kda_fwd_chunk's Gamma uses, so
+    // the bits are the same): row r of group w is off_w + local_r, local_r the group's rows up to
+    // r summed in order, off_w the earlier groups' totals summed in order. The order is fixed, so
+    // every run gives the same bits.
+    float off = 0.f;
+    for (int r0 = 0; r0 < len; r0 += 8) {
+        float acc = 0.f;
+        for (int r = r0; r < r0 + 8 && r < len; ++r) {
+            const long long i = ((long long)(start + r) * H + h) * 128 + d;
+            acc += cake_gate_sigmoid(load_x(x + i), a_log, bias, lower_bound);
+            G[i] = __fadd_rn(off, acc);
+        }
+        off = __fadd_rn(off, acc);
     }
 }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_107a
-// identity: sha256:24a225d024f015bbce31b54d97f9603eab556aad31867a06c223a43d43b80dce
+// identity: sha256:69682b0f4f0bd6d0b6af7d88a2d15aa4a3ddf62b029fa72b955285e494536b55
 // ---- begin cake/gate.cuh ----
 // KDA gate activations, shared by the forward gate stage and (later) its backward.
 
@@ -43,11 +43,18 @@ extern "C" __global__ void __launch_bounds__(128) kda_gate(
     const int start = chunks[2 * c], len = chunks[2 * c + 1];
     const float a_log = A_log[h];
     const float bias = dt_bias[h * 128 + d];
-    // Sequential over the chunk's rows: the sum order is fixed, so every run gives the same bits.
-    float acc = 0.f;
-    for (int r = 0; r < len; ++r) {
-        const long long i = ((long long)(start + r) * H + h) * 128 + d;
-        acc += cake_gate_softplus(load_x(x + i), a_log, bias);
-        G[i] = acc;
+    // Over the chunk's rows in groups of 8 (the order and roundings kda_fwd_chunk's Gamma uses, so
+    // the bits are the same): row r of group w is off_w + local_r, local_r the group's rows up to
+    // r summed in order, off_w the earlier groups' totals summed in order. The order is fixed, so
+    // every run gives the same bits.
+    float off = 0.f;
+    for (int r0 = 0; r0 < len; r0 += 8) {
+        float acc = 0.f;
+        for (int r = r0; r < r0 + 8 && r < len; ++r) {
+            const long long i = ((long long)(start + r) * H + h) * 128 + d;
+            acc += cake_gate_softplus(load_x(x + i), a_log, bias);
+            G[i] = __fadd_rn(off, acc);
+        }
+        off = __fadd_rn(off, acc);
     }
 }
