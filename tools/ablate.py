@@ -119,11 +119,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("if (r0 + i < L) {", "if (false) {"),
             ("for (int v = 0; v < warp; ++v) {", "for (int v = 0; v < 0; ++v) {"),
         ],
-        "noqk": [
-            ("if (warp < 6) {", "if (false) {"),
-            ("if (warp < 4 && ((fastmask >> warp) & 1u)) qk_tile", "if (false) qk_tile"),
-        ],
-        "noqg": [("idx < 64 * 32; idx += 128", "idx < 0; idx += 128")],
+        "noqk": [("if (nt > 0) qk_tiles(bi, bj0, nt);", "(void)nt;")],
+        "noqg": [("idx < 64 * 32; idx += 64", "idx < 0; idx += 64")],
         "nokd": [("task < 64; task += 6", "task < 0; task += 6")],
         "not2": [  # the T solve's second level (the 32 x 32 lower-left block)
             ("s4 = 4 * (c2 >> 2); s4 < 8; ++s4", "s4 = 4 * (c2 >> 2); s4 < 0; ++s4"),
@@ -330,15 +327,18 @@ def time_calls(fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], reps: int)
 
 
 def same_bits(fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], ref: list[Any]) -> str:
-    """Run fn once and compare every tensor argument with ref (the shipped kernel's state after
-    its run): the kernel's outputs, bit for bit."""
+    """Run fn once and compare every tensor argument, then every carved workspace (the buffers a
+    launch takes by address), with ref (the reference kernel's state after its run, in that
+    order): the kernel's outputs, bit for bit. Differing workspaces are numbered after the
+    arguments (w0, w1, ...)."""
     import torch
 
     fn(grid, *args)
     torch.cuda.synchronize()
+    now = [*args, *_CARVED]
     bad = [
-        i
-        for i, (a, r) in enumerate(zip(args, ref, strict=True))
+        str(i) if i < len(args) else f"w{i - len(args)}"
+        for i, (a, r) in enumerate(zip(now, ref, strict=True))
         if isinstance(a, torch.Tensor) and not torch.equal(a, r)
     ]
     return "same bits" if not bad else f"bits differ in args {bad}"
@@ -376,7 +376,7 @@ def time_main(
         if check:
             variants.get(ref_tag, fn)(grid, *args)
             torch.cuda.synchronize()
-            ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in (*args, *_CARVED)]
             bits[key] = {
                 tag: same_bits(f, grid, args, ref) for tag, f in variants.items() if tag != ref_tag
             }

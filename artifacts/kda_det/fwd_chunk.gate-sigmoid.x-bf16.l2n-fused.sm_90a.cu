@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:b0660c274d542e5e6322c215eab61c7f53199029f408a300dcaac5bd80dec45d
+// identity: sha256:73112b10ddd83e5cb924a09a925f4d39e6ec5faa4b4384eafbcbe377e4745780
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -488,32 +488,32 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // ---- blocks (bi, bj), bi >= bj, on tensor cores, reference row r = 16*bi:
     // (q_i exp(G_i - G_r)) . (k_j exp(G_r - G_j)); both factors <= 1 for i >= r > j (bi > bj); for
     // the diagonal block (bi == bj) the key factor is in [1, 2^kFastSpan) and j > i is masked.
-    auto qk_tile = [&](const int bi, const int bj) {
+    // qk_tiles computes nt (1 or 2) blocks (bi, bj0), (bi, bj0 + 1) of one row block: the row
+    // factors (q_i, k_i against G_r) are formed once for both; each block's products and their
+    // order are those of a block computed alone.
+    auto qk_tiles = [&](const int bi, const int bj0, const int nt) {
         const int r = 16 * bi;
         const int ia = r + g, ib = r + g + 8;
-        const int ja = 16 * bj + g, jb = 16 * bj + 8 + g;
-        float aq[2][4], am[2][4];
+        float aq[2][2][4], am[2][2][4];  // [block][n][x]
 #pragma unroll
-        for (int n = 0; n < 2; ++n)
+        for (int u = 0; u < 2; ++u)
 #pragma unroll
-            for (int x = 0; x < 4; ++x) { aq[n][x] = 0.f; am[n][x] = 0.f; }
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) { aq[u][n][x] = 0.f; am[u][n][x] = 0.f; }
         const float rqa = kL2Norm ? rq[ia] : 1.f, rqb = kL2Norm ? rq[ib] : 1.f;
         const float rka = kL2Norm ? rk[ia] : 1.f, rkb = kL2Norm ? rk[ib] : 1.f;
-        const float rja = kL2Norm ? rk[ja] : 1.f, rjb = kL2Norm ? rk[jb] : 1.f;
-#pragma unroll 2
+#pragma unroll 1
         for (int kp = 0; kp < 8; ++kp) {
             const int cu = 4 * kp + t;
             const float4 gr = ld4_f32(gs, at_gam(r, cu));
             const float4 g_a = ld4_f32(gs, at_gam(ia, cu)), g_b = ld4_f32(gs, at_gam(ib, cu));
-            const float4 g_ja = ld4_f32(gs, at_gam(ja, cu)), g_jb = ld4_f32(gs, at_gam(jb, cu));
-            float qa[4], qb[4], ka[4], kb[4], kja[4], kjb[4];
+            float qa[4], qb[4], ka[4], kb[4];
             ld4_bf16(qs, ia, cu, qa); ld4_bf16(qs, ib, cu, qb);
             ld4_bf16(ks, ia, cu, ka); ld4_bf16(ks, ib, cu, kb);
-            ld4_bf16(ks, ja, cu, kja); ld4_bf16(ks, jb, cu, kjb);
             const float grv[4] = {gr.x, gr.y, gr.z, gr.w};
             const float gav[4] = {g_a.x, g_a.y, g_a.z, g_a.w}, gbv[4] = {g_b.x, g_b.y, g_b.z, g_b.w};
-            const float gjav[4] = {g_ja.x, g_ja.y, g_ja.z, g_ja.w}, gjbv[4] = {g_jb.x, g_jb.y, g_jb.z, g_jb.w};
-            unsigned int fq_a[4], fq_b[4], fk_a[4], fk_b[4], fj_a[4], fj_b[4];
+            unsigned int fq_a[4], fq_b[4], fk_a[4], fk_b[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const float ea = cake_ex2(gav[e] - grv[e]), eb = cake_ex2(gbv[e] - grv[e]);
@@ -521,46 +521,73 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 fq_b[e] = cake_tf32(qb[e] * rqb * eb);
                 fk_a[e] = cake_tf32(ka[e] * rka * ea);
                 fk_b[e] = cake_tf32(kb[e] * rkb * eb);
-                fj_a[e] = cake_tf32(kja[e] * rja * cake_ex2(grv[e] - gjav[e]));
-                fj_b[e] = cake_tf32(kjb[e] * rjb * cake_ex2(grv[e] - gjbv[e]));
             }
 #pragma unroll
-            for (int hs = 0; hs < 2; ++hs) {
-                const int e0 = 2 * hs, e1 = 2 * hs + 1;
-                cake_mma_tf32(aq[0], fq_a[e0], fq_b[e0], fq_a[e1], fq_b[e1], fj_a[e0], fj_a[e1]);
-                cake_mma_tf32(aq[1], fq_a[e0], fq_b[e0], fq_a[e1], fq_b[e1], fj_b[e0], fj_b[e1]);
-                cake_mma_tf32(am[0], fk_a[e0], fk_b[e0], fk_a[e1], fk_b[e1], fj_a[e0], fj_a[e1]);
-                cake_mma_tf32(am[1], fk_a[e0], fk_b[e0], fk_a[e1], fk_b[e1], fj_b[e0], fj_b[e1]);
+            for (int u = 0; u < 2; ++u) {
+                if (u < nt) {
+                    const int ja = 16 * (bj0 + u) + g, jb = ja + 8;
+                    const float rja = kL2Norm ? rk[ja] : 1.f, rjb = kL2Norm ? rk[jb] : 1.f;
+                    const float4 g_ja = ld4_f32(gs, at_gam(ja, cu)), g_jb = ld4_f32(gs, at_gam(jb, cu));
+                    float kja[4], kjb[4];
+                    ld4_bf16(ks, ja, cu, kja); ld4_bf16(ks, jb, cu, kjb);
+                    const float gjav[4] = {g_ja.x, g_ja.y, g_ja.z, g_ja.w}, gjbv[4] = {g_jb.x, g_jb.y, g_jb.z, g_jb.w};
+                    unsigned int fj_a[4], fj_b[4];
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        fj_a[e] = cake_tf32(kja[e] * rja * cake_ex2(grv[e] - gjav[e]));
+                        fj_b[e] = cake_tf32(kjb[e] * rjb * cake_ex2(grv[e] - gjbv[e]));
+                    }
+#pragma unroll
+                    for (int hs = 0; hs < 2; ++hs) {
+                        const int e0 = 2 * hs, e1 = 2 * hs + 1;
+                        cake_mma_tf32(aq[u][0], fq_a[e0], fq_b[e0], fq_a[e1], fq_b[e1], fj_a[e0], fj_a[e1]);
+                        cake_mma_tf32(aq[u][1], fq_a[e0], fq_b[e0], fq_a[e1], fq_b[e1], fj_b[e0], fj_b[e1]);
+                        cake_mma_tf32(am[u][0], fk_a[e0], fk_b[e0], fk_a[e1], fk_b[e1], fj_a[e0], fj_a[e1]);
+                        cake_mma_tf32(am[u][1], fk_a[e0], fk_b[e0], fk_a[e1], fk_b[e1], fj_b[e0], fj_b[e1]);
+                    }
+                }
             }
         }
-        const bool dg = bi == bj;
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-            const int col = 16 * bj + 8 * n + 2 * t;
-            float* pa = As + at_sq(ia, col >> 2) + (col & 3);
-            float* pb = As + at_sq(ib, col >> 2) + (col & 3);
-            pa[0] = !dg || col <= ia ? scale * aq[n][0] : 0.f;
-            pa[1] = !dg || col + 1 <= ia ? scale * aq[n][1] : 0.f;
-            pb[0] = !dg || col <= ib ? scale * aq[n][2] : 0.f;
-            pb[1] = !dg || col + 1 <= ib ? scale * aq[n][3] : 0.f;
-            float* ma = Ms + at_sq(ia, col >> 2) + (col & 3);
-            float* mb = Ms + at_sq(ib, col >> 2) + (col & 3);
-            ma[0] = !dg || col < ia ? am[n][0] : 0.f;
-            ma[1] = !dg || col + 1 < ia ? am[n][1] : 0.f;
-            mb[0] = !dg || col < ib ? am[n][2] : 0.f;
-            mb[1] = !dg || col + 1 < ib ? am[n][3] : 0.f;
+        for (int u = 0; u < 2; ++u) {
+            if (u < nt) {
+                const int bj = bj0 + u;
+                const bool dg = bi == bj;
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                    const int col = 16 * bj + 8 * n + 2 * t;
+                    float* pa = As + at_sq(ia, col >> 2) + (col & 3);
+                    float* pb = As + at_sq(ib, col >> 2) + (col & 3);
+                    pa[0] = !dg || col <= ia ? scale * aq[u][n][0] : 0.f;
+                    pa[1] = !dg || col + 1 <= ia ? scale * aq[u][n][1] : 0.f;
+                    pb[0] = !dg || col <= ib ? scale * aq[u][n][2] : 0.f;
+                    pb[1] = !dg || col + 1 <= ib ? scale * aq[u][n][3] : 0.f;
+                    float* ma = Ms + at_sq(ia, col >> 2) + (col & 3);
+                    float* mb = Ms + at_sq(ib, col >> 2) + (col & 3);
+                    ma[0] = !dg || col < ia ? am[u][n][0] : 0.f;
+                    ma[1] = !dg || col + 1 < ia ? am[u][n][1] : 0.f;
+                    mb[0] = !dg || col < ib ? am[u][n][2] : 0.f;
+                    mb[1] = !dg || col + 1 < ib ? am[u][n][3] : 0.f;
+                }
+            }
         }
     };
-    // Warps 0-5: the six off-diagonal blocks; warps 0-3 then their fast diagonal block.
+    // The ten blocks by row block, two to a warp where they share one: warp 0 (0,0); 1 (1,0)
+    // (1,1); 2 (2,0) (2,1); 3 (2,2); 4 (3,0) (3,1); 5 (3,2) (3,3). A diagonal block is computed
+    // here only when it is fast (else the exact path above wrote it). Warps 6-7: Qg.
     if (warp < 6) {
-        const int bi = warp < 1 ? 1 : (warp < 3 ? 2 : 3);
-        qk_tile(bi, warp - (bi * (bi - 1)) / 2);
+        const bool fast0 = fastmask & 1u, fast1 = (fastmask >> 1) & 1u;
+        const bool fast2 = (fastmask >> 2) & 1u, fast3 = (fastmask >> 3) & 1u;
+        const int bi = warp == 0 ? 0 : warp == 1 ? 1 : warp < 4 ? 2 : 3;
+        const int bj0 = warp == 3 ? 2 : warp == 5 ? 2 : 0;
+        const int nt = warp == 0 ? (fast0 ? 1 : 0) : warp == 1 ? (fast1 ? 2 : 1) : warp == 3 ? (fast2 ? 1 : 0)
+                     : warp == 5 ? (fast3 ? 2 : 1) : 2;
+        if (nt > 0) qk_tiles(bi, bj0, nt);
     }
-    if (warp < 4 && ((fastmask >> warp) & 1u)) qk_tile(warp, warp);
-    if (warp >= 4) {
+    if (warp >= 6) {
         // Qg = scale * q * exp(G): one row per warp instruction, 16-byte coalesced stores.
         float* out = Qg + ws * 8192;
-        for (int idx = tid - 128; idx < 64 * 32; idx += 128) {
+        for (int idx = tid - 192; idx < 64 * 32; idx += 64) {
             const int r = idx >> 5, c4 = idx & 31;
             float x[4];
             ld4_bf16(qs, r, c4, x);
@@ -709,12 +736,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         __syncthreads();
     }
 
-    // ---- [W | U] = T [diag(beta) K exp(G) | diag(beta) V], TF32 on tensor cores. Warp w owns 32
-    // output columns (w < 4: W, else U) of all 64 rows; B fragments are formed on the fly.
+    // ---- [W | U] = T [diag(beta) K exp(G) | diag(beta) V], TF32 on tensor cores. Warp w owns 16
+    // columns of W (n-tiles 0, 1) and the same 16 of U (n-tiles 2, 3), all 64 rows, so that every
+    // warp forms the same mix of B fragments (W's carry an exp2 each, U's none); B fragments are
+    // formed on the fly.
     {
-        const bool isW = warp < 4;
-        const int cb = 32 * (warp & 3);
-        const unsigned short* src = isW ? ks : vs;
+        const int cb = 16 * warp;
         float acc[4][4][4];
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi)
@@ -728,14 +755,17 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int tok = 16 * kp + 4 * t + e;
-                float m = bs[tok];
-                if (isW && kL2Norm) m *= rk[tok];
+                const float mu = bs[tok], mw = kL2Norm ? mu * rk[tok] : mu;
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni) {
-                    const int d = cb + 8 * ni + g;
-                    float val = m * ld1_bf16(src, tok, d);
-                    if (isW) val *= cake_ex2(gs[at_gam(tok, d >> 2) + (d & 3)]);
-                    bf[ni][e] = cake_tf32(val);
+                    const int d = cb + 8 * (ni & 1) + g;
+                    if (ni < 2) {
+                        float val = mw * ld1_bf16(ks, tok, d);
+                        val *= cake_ex2(gs[at_gam(tok, d >> 2) + (d & 3)]);
+                        bf[ni][e] = cake_tf32(val);
+                    } else {
+                        bf[ni][e] = cake_tf32(mu * ld1_bf16(vs, tok, d));
+                    }
                 }
             }
 #pragma unroll
@@ -751,12 +781,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 }
             }
         }
-        float* out = (isW ? W : U) + ws * 8192;
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) {
-                const int col = cb + 8 * ni + 2 * t, r = 16 * mi + g;
+                const bool isW = ni < 2;
+                float* out = (isW ? W : U) + ws * 8192;
+                const int col = cb + 8 * (ni & 1) + 2 * t, r = 16 * mi + g;
                 float4 x = make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
                 if (isW) { x.x = rtf32(x.x); x.y = rtf32(x.y); x.z = rtf32(x.z); x.w = rtf32(x.w); }
                 *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(x.x, x.y);
