@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:8c8fff7920f4b35144e31ba1a55a184991d614e9fa251c0be443002fda76b8f8
+// identity: sha256:73a220764f75ca3f697c6e6baccfb4a7ba18d986969ed7602b12563ad41c5b94
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:e2c445955b819be75c35c6559f4fad02b2ba0a09384081aa8d56b9b53a298238
+// identity: sha256:7b4b36286b793b7cb8565333649e4e558afa4064847999f90581d0c4e2a98d05
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:9c7cbc017f5547af4a211a409818960049c238e5e5ebacceec72babb91865a94
+// identity: sha256:0b8d42ebd62313b1d36cb1d188baa12dacd1288050094f966e70c5c423c4c514
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

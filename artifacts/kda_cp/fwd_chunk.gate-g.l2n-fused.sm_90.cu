@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:8e129f5c00b2c0daf43cd9ac273c3102547c01d01bf03f36387897469560dc9f
+// identity: sha256:eb818f27eb6275fb98c0a2d8aefdca9612ecf60ffce8a5b09601d727af368f84
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

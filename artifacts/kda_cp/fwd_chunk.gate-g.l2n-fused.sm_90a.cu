@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:13aa0aa10e0d73f46f9c5dab3e98569a01e4b22d4d9564c28d18389b411f5f7e
+// identity: sha256:4bfcaf41de2cff47e358372989d879b3ab665d7ece6d2d7937223633de939efd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

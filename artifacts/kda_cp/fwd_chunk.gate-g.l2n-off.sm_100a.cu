@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:f099ad13cc26830c88f72cb57bc3b869f87a39843fb7bb5347a2b76e3c6b4fe4
+// identity: sha256:8cbe98dd2adc3cc2000626c4d318463922f24fec314d494250d06e79bd3d594c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

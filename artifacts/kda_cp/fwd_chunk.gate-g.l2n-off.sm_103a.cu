@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:cb976eef147f75923cfa2c41b57317f64f501e3ce538cfed62fe63e3bf74c4fb
+// identity: sha256:9cd367a6314ea8889c138cf93095bc33d294326a3edfa0ab37adf8c913171fa8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

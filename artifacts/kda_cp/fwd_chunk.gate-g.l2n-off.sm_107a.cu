@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:9e0120a6e083dc2426e6e15657c8b8bcdab96a8b3fd7e82a6614fcb3cbb5d590
+// identity: sha256:3aed081dc88ae0359434bd10838c0d65eb756ac200b019ff073f31000bf3b1b7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

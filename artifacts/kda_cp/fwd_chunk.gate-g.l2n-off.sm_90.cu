@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:a9531768b1a97c0fcf2e2693e22244c15c797120e57d682aebce35ebb6328052
+// identity: sha256:8697f5f90181d8e38e7e19c9953d58bb27db5cfef2548fd73cd4e837cb115ce1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

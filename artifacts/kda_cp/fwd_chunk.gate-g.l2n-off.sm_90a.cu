@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:3bd0d77922d5b78bd67a54074c20851066c0dd6a71ba1a7ba5abe56f47807b35
+// identity: sha256:7271c43eec064530ff663e28c7acd67844a57ed34c5d017b137eacd043d62050
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a
-// identity: sha256:9fccb4419542899934749b42c0c25fb6c0d05a68ee15001b0a3393862cacbf25
+// identity: sha256:ec667cb9f5a3bfb1ce0281d42bcd89d1cede7cd7d35b6a123dfa71ed7a40e8b9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a
-// identity: sha256:1a8e43130e62ec8775415f9cb264ba54d3809c1a50c8d108c5b3ae60349ba717
+// identity: sha256:85dab6476d8b18b0088cfa2b19e67172269d7ad8371e089dad4d980ef987d89d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:b25024a7b9ff96ffb39a3a7550667cfd2e0d4fe45f309bc1c4f2af1d9bafc0bd
+// identity: sha256:f44f92da9cf3f7e5e716330deb15883eb23f7205686a691f18722af5031d5b14
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

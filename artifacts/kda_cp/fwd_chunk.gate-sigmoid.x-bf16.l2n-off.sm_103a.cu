@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a
-// identity: sha256:dabd0f26f7341361acd72ea734cd597af9dd0abc6077d873febb409cb1da05be
+// identity: sha256:30066561bf1be563624069dc92312022e12610fdf2c2f4aad62eb6cf11be38e5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

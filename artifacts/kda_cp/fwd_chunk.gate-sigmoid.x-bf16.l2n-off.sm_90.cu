@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:3df1b457fb761c97bd6bbc54fd1583b3899d5c6292f0cfee64c9535eb0068fd5
+// identity: sha256:5a0f5bf39669d9a2ba1b3668e28cd84fce28d41089033d3017ff51c5c4e62081
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

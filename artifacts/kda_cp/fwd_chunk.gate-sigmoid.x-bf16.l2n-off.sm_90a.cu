@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a
-// identity: sha256:42fae050b364bf6ea6760149f36a6e18ad1744a401460236161ca2a25ed93086
+// identity: sha256:7a057bb4753f82d0ccecc467b23c7f59b907ddf566c3ca249fc8c51a067a6816
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a
-// identity: sha256:6f4aa98fc408464f35f49c73dcd40f441e119f5de7ab3e4c1a3d875f85f2928a
+// identity: sha256:91a9f15677f360813486cb84f630b4e1bc3efcaa8a0de3dccb8b3af3a88e7ead
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:145d0486c6ce7ea78e353a5ce6c80683e8c9957c0c26cb205fe6f7e6b23526f4
+// identity: sha256:38833d9ee012bfd0206b3e9108014b24e47d7adec16884831874242ef388626b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:2e31cdbfb50898706d6a0c719cb6782682abc69f6e034b4da2dda485f3a0ea7b
+// identity: sha256:c6decdae591b3d55fd2bf8a12690084a30e48e74a5dced05607b873a80a4aa7d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

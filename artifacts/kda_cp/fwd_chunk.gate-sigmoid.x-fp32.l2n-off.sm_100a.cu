@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:a0bfd8c1992ddf1c65ea90eab95ab91c56eebb3f5af2f1619bb2509cef0f3283
+// identity: sha256:7a14b4e7400e6feec830604a9ca5ba4631202d048f5a845325af41b27948ceac
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

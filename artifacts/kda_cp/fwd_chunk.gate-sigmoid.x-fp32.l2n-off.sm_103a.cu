@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:9bd3f772801b2e8a3d435c9017ad2ad3e385d59f6ab3c0ecdee773ea9b06c5e5
+// identity: sha256:d91ca44d0e31425902201a09a6d5975343f1477c31d1eae34161475153460fcb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

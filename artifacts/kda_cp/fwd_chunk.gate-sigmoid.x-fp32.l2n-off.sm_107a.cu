@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:f16bac6509d2a3ee395ed7ec31b22767d481fbe96083141cd4566e3e837fa806
+// identity: sha256:0168c972be10971d01bfc51b74be82a451231f7bc5c06398750622fe27094bc8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:98ae77c2d699733c840219e992c17c69445846e1b724a147d3d902a36f0246ed
+// identity: sha256:6290504a70d0b9db52bfd0615ecf230d808e04685de324b8b7267e6a300dc61e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:83c11f115adaaa8edc2a5cef176f1c556b3e67e7cf00c019966ef21187c3b079
+// identity: sha256:08cc228f93aef766780e02c45de4dffcf37a0e41f8952f84206e5fc6cde35c8f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

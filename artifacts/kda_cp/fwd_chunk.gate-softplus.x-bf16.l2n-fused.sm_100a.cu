@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:c81bdbfdc7efe0d350ee8801b16f161a409b41105a19b70dc2c0239aa59fac3d
+// identity: sha256:8959f0d67bf6c8d5d506d02afe5f102e82b445cf1902fa02effb822d22e3b3bd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:0336431b51998ce0e27bb4214788c835504127d778954e51eb7925bd9e91c1c6
+// identity: sha256:ee5acc329d7280797167a5883eed8e95a0f8476c09e41453e46e3e0230e466f8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

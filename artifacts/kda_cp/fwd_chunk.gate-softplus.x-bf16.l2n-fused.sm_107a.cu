@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:46089eb3f52091c398484b9b177dd767e8e3972f44e99b84c23efd94e47b9c95
+// identity: sha256:c9c47561fed227756632c8a53ab9ed4433d814c954eb96208783f99b03dab19e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:c7fadae5c1ff8dacf800c584746d06da0bece40e7fade4b3d49de17ed4e868c1
+// identity: sha256:5522ff169001107efeb664e7f2dbb68a45fc47a1f23d9e8c43c16034cd012924
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

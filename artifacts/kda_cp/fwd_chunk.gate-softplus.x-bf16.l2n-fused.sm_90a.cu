@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:c4022b5f13fd86a9dc2866f92ccbf8257a92fe1b7defbbec60b434e3c92f62f8
+// identity: sha256:c4bf44bc7652e1cd33280795e0e6fb749c579c9a667f52dd8b13483a4f702dc9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

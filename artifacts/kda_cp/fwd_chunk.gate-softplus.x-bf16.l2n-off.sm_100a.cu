@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:47d6442db9cf3c18f2c4d2b7dc5ce07f7c6cce9b951198686e55976706d42970
+// identity: sha256:6cab844f3253cd730d02ab7d29299d3f47a718720512c8410768434fcbabeded
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:857412743cf4f3c981a2615b847cc2215249469d63b24dac6ea69ffa562c166e
+// identity: sha256:6b78e6cd42e344af0a6d280404bd07d99620e7925a0f14f734b9bd315c4a3412
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:21ed5db43419fe54c0466ae1d01db1813e38be834f36a89b20d3e47a5317a976
+// identity: sha256:00df0a1bb5c78a3d14471044d2f0855b1d2b4e098a5817db1ed651121e75993d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:284afadc01596b98d9e18fb9c6649c712639f771dedf892822a5fd350c042955
+// identity: sha256:f8162a44c79c1bb296c7c531e709494e38e247b013a0394d6ff155bd5b87cad4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:d9738f34d335da50746b5b65a9ed069d44be5520ec5efa38d315b9c9b4bdf92a
+// identity: sha256:db67bd2e752ad8ee3f07cef25843c5df7e270f5814a97802f2a93ae6dc2b4526
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

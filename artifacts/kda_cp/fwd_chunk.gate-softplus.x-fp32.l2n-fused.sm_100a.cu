@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:127befe77f70af29c6c7947de95b7825d7f4f5ade188f53a99e88471be38513e
+// identity: sha256:e1e40f3bf4654b19770361b6e8f59090921dcc7afa165af13b34f425e3631f0b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:2682139c4a9d52850314cfc60f46304054e86ba70d194e3b25cea9aa09615aab
+// identity: sha256:dadebd7959a35ef1b65abc9d837c458d4a05c080866ac7f8f51e21e32412db9a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:44ae2d0524d35c7188f7ff15fc921fd2c5b539f9798fb3e347bfb34c45510fc5
+// identity: sha256:02c259f836e8e38e36e48a5916b9b322671f7f39fb3edc80bf0797fe2f6c8fe9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:f40cad6c64cdfc68f71560d6db39123f90f54270ae8fb9711a55336012805496
+// identity: sha256:c1e73f87348e16aab1a6b51f7f44d03da610b89b8ead91f7ae9abf7e3b5a0337
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:c2785a69b3fd780c28d35fa896f6463ca8d9e2a4f6533db728f796f044672aeb
+// identity: sha256:405e78ba0f4770c4ba6aaf6d2cd0040c26999c7a187ddc2468050e259010bed9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

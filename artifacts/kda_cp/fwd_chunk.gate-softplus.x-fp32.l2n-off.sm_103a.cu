@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:2e2103ae30d2fff0534250e9408bd56aa957277ad331cce057af2ca82236ba7a
+// identity: sha256:2687ebd4f697daa13a385f12e7655155f0c237f2d755a5e9bc44f599088bda39
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:23669ae78c8581403e856ec6970c32446d02b085212ef08073af8ce5d676ac16
+// identity: sha256:975cd2bf0a24493b110bccafed74e63600efabb5dfe2a4df384240b38a6ccb52
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:fab296c5990be2b82149ef3aa8a1b84cb58355b505ce973f16e0d600230044c4
+// identity: sha256:11ada37551c2d44037e3d91d9d2cd959834d06ba5d59e5b8baa89ebd043a11a5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:438d8d331d1657152fc0317301659d5cf0bb9a645c444ddf20588812a2e6d9f9
+// identity: sha256:be85b6113b3c30fb9613b8bed14d5388a4e18ea9bc9dc89d8d8e1806c9337b74
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

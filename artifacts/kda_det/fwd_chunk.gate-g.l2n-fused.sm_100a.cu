@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:134dba9f0daf22aa221933f3e3d5b03888a1478d980ea94888a4bc56b989c0ce
+// identity: sha256:4fb04b570a6cb7351f5756145cfe0030046dabd1932f4153a4a4e5582d26da0f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

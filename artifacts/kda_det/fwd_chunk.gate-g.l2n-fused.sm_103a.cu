@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:f8bcbe4d3e687bae5f08e27c56a69319529a6f782269863119a7ef241af9cea0
+// identity: sha256:9f21ab148d537b0e0ab820db65ed14a78f8f0d9dbb52a2e80bb7a4813af28571
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

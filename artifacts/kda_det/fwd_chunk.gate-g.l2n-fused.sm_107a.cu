@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:9310486971c1434279b066531cd626697a8a9e2f9b063e3516ade59aca857cf4
+// identity: sha256:4004977a6a738c234cbcf4735aab714d05f953a3a7db48e95a0d0766832748b3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:7edf797f86be0da6c971873ca8bfd3af93b860b56b1652171599b63eb2a5371c
+// identity: sha256:690aa49e2ea7a3007b37e062e6d2033d6c2734431e6506d894f082886540391b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:8c0fd94efbb8e7aaa1e0290ac299aaab936421fc516cc5aaf7b62b3db01b4bb9
+// identity: sha256:81cbbecbb23c4f9889b58c84336e6623b36a72e5099191edb3606ca266c32b00
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:07fc25f1709575d28aad271c80ace8c5d0d85da967bf4cc6ee13e30c78693e10
+// identity: sha256:925dc71e125df7644c55a1b28ce7998639d3e6d104549859fe694f11ea0df584
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

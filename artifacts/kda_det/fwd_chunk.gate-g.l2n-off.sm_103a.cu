@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:4313ebd6a87ca8b31e3b77537f411a3fa83ca2b152f43870510728da718a74cb
+// identity: sha256:c02b060a66b504b16daa09642dc02ad0aa5003d7f63185fe4ee9e4c31128a6d4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:5831a334414246b361d65c6d7bd57a71b2f1ca1a74c7c5fe2558b19e1d23ad0b
+// identity: sha256:e5ef837875a8ce399d4384a74c58ce24c66b2e4bcb49965852cb0ca61355a135
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:06aa616e5a042715a18b2d7dcba28f70a24d3aea44e021fe053348e7290600db
+// identity: sha256:032a119c442e9882b422b7a92c06c312dfcb98d511dd7b7c8cfc1d646aa9805c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

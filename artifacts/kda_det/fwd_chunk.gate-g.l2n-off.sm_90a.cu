@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:bc96dbf53d3d313bffe022150b3b7e6b93aebc28e5f32cd203e09dae2586becb
+// identity: sha256:205cf08f7518e017bcf2177dbc6718843303dd3dc38756f02f39ff7064c026db
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a
-// identity: sha256:39b1064c3b4b829ef41413cc666a64c22b1b5073c0782097827982e67dd77697
+// identity: sha256:2e84588117d766f6a22a6c8e3dff0ba1cf662b44e615fe408a5b86c6d1c97a28
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

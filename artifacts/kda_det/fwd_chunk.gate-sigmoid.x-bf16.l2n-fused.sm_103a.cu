@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a
-// identity: sha256:0e6111475b07e64da1cfff1f8344031a9eae0b73289942d1787948292cb99198
+// identity: sha256:791ba74b3aa6b6404a32fd338d2e24ccc7fdebbe068d0a9ed8ecb76badfb62f3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a
-// identity: sha256:861f185d6ef236413230eb5f149fac36fefb8f56516135863d2f7020bd8db3ad
+// identity: sha256:8cdd623023b3afa026f468eb70362ef326305907c6a00eb4f87801ba90bd46ed
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:5e03b8f57ac34cafb74593df05c29cf58f47d3ab7b9b21461d54eba4dbd03f0b
+// identity: sha256:3055cb47dd0a29470826c708c2042d2ec3f64c19af24badd93c588c18bcdcea6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:73112b10ddd83e5cb924a09a925f4d39e6ec5faa4b4384eafbcbe377e4745780
+// identity: sha256:0ee163b1b1ce518d6a5bcc773c8a0be0daef081660c4dbc01e96d81648fdbd10
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:1dc4989066882b245ec5c2c270f1fb345dff3803545a63daed27105d467008f2
+// identity: sha256:b5985f13dd67a3034e2b02be46b9434a9f35c67a262f6207cb7ae68472097e3b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

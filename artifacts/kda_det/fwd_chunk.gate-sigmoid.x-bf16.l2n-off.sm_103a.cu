@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a
-// identity: sha256:8ccd097bdac1863e591a1b4949822658a139add4414580f7fcf9d0e14d63761a
+// identity: sha256:bdb09528021188e30e45e0eb9d71ff8e4fb55d98754845cb286a9e173fc223ba
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

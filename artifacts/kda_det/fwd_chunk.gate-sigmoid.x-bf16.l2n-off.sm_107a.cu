@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:67ebf15666e201cc156b2a3040ca61b250f6dba5e1f2772fe7a3c88613f6cd6d
+// identity: sha256:89aca84cd08a6ec8f76f12dc7b903aff3b179c12af0cf9d082665b35580bd4a1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:9dce7be274653da2c3cc2971446a6f029da5971643f3f151cb68253f7d12b911
+// identity: sha256:69edf8db43dfb34d56d22ff7fc436258325ef8b7e400a9283165086faf6c8b13
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a
-// identity: sha256:6c75f87198176d302f2b88ba538cb60843ed3d8e0b8b1b24066d37c2d029b9ca
+// identity: sha256:ad9c9fe19660b13647b9be61a3ffeddb4966c1f7441851136462a63613393b3a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:e14911302fda4b0ed6fafc78cc2427684707bdd69c1563c9a152c2302ea59d3a
+// identity: sha256:31d3accf53d8ea0fa158e5958e0b4dcf6bee39ba5e0555fecce2b1e22bd83203
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

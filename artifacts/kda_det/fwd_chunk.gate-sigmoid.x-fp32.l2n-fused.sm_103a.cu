@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a
-// identity: sha256:d5c9e51043999edcb94b15d3381222eca2e666b52a6850dde0bb3e62de10c8b1
+// identity: sha256:2505ab8ffa97a7b16cb9b1540ef109067c4d7d83770086f5b70c747550fe994e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

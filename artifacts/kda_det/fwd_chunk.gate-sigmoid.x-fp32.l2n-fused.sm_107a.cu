@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a
-// identity: sha256:f7c3560d6e64b158b747ffb2b075f57f302ada544dfd5944df3c91d2e3b6ecb1
+// identity: sha256:f78b9888da7a12863400b3c94ddda7a42f397cdcc8c980bd8493ba40afcaf075
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:65644da05fb988ecdeba568528590d4ffe09a580bafb806989f0d0e2ffdea0b7
+// identity: sha256:0063f52e79a2464895c4db5a06897e29aecff7ee2fb899580f3ab84a5c5ccbf7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

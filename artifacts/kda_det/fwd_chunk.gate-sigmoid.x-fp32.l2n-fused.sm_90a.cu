@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:c8e1dd2253d9fc91f117bdade8c7e12f86a2ca85531c4ef05e63bf0c985ab293
+// identity: sha256:b5cf6d67d9446eb295703459c4991cae137345da1e0657533157e7e836340df0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:e750b4c7c4770550a95c9fe1e316e97f493b82b194c36c6ddba0a42c5dad64ca
+// identity: sha256:00d487cdec6f37348294e1e308af14624b9d8c5db38396893b36c8655a9c4b7b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:3d699af469ca1f25df43c3b95d62581af3d6d44b0150549a349dc76e89ee22a5
+// identity: sha256:c4191f13a7962831e44baffbb693fb0eca41429d93ed49969909cfb90cbc4018
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:73ea13b7462e1ff0bb03dd6af623fbde782dbadbf8fd83fc896f0aeb831c3eb8
+// identity: sha256:68efdc85c715ccb4fcd38dfb8eaf916de016bf085528fd447d8da6a4d600773c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

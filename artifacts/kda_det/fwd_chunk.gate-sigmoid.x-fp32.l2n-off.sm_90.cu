@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:93ce51f4e1f26cd593800ea6b5c9b9a9357577e70f120edf483fa71a8daca19c
+// identity: sha256:e3f66ab435386efc2214ab844fc618a0a4faa9b491e688c833f1c350d3c51e5e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:14cee87f78457c8adfb3fc93bf1c07b7a6a1bb1288a7443c3068e188d72eb069
+// identity: sha256:858e9733c82de4e2045f3ce8681165ffa3e5cc9c333ec9413de876315e996c21
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:6217d96263b79f881968399de18687e3cc3b01a3145f09d916bf1085c92ddcbb
+// identity: sha256:a71428b9642a5099060b118a2f144d133c10c5b2332b0e09d6205a640eb569a1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

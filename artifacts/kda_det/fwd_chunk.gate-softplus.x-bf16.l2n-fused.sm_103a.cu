@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:40f7d97245260b56f6176b85243f4b92b347442226e840419db2867c1e75167a
+// identity: sha256:a4b6a1e60868b2a6f60d47d2652fb8a843d197a1938eb2975762c080fab62fb0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

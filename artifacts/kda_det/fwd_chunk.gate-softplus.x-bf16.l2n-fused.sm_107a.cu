@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:179be83720f0e3a871c088f3b5248f432795004e5b01e0fbc69ffa9c0bca1093
+// identity: sha256:5b116a9535c6710cdefe193b692324f25018b3fe7f90e2c20fc5df677d4884d0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:1654116e98a8f7f7a184fec00c8c265cefc4f1a248a2ea2d266c9fa803503a05
+// identity: sha256:fda44fa3793f60501c36648f359e5191dfc0275a46b6309ad07accb42851538c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:feb86dbb7f55a1357db638b40d44be672d6ba6ffeb9d33285333713a7d67f181
+// identity: sha256:e1d2f786f8a63215cd3d8812c1920544528d0aee441dec7a23dddfd38090ff2f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:1d31370a2b9a92b6ecfeebb226acbc3c317baf90e436b650d9d7a2e32169bda6
+// identity: sha256:701768e830833be9534eced877e36beea5560c378d6aa3f262c6986eb702ae1e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

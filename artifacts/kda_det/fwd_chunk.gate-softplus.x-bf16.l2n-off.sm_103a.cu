@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:21e561232e37794c76b5f8c96eb2d94230a4dcd0536502165a82f3a0a71aa573
+// identity: sha256:a9880ca90b3b54171ffd31dcc24747469ffb475f0d3843a5b4299b9d0afb4344
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

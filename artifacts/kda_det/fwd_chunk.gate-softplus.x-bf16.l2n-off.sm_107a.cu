@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:59f06cbabf7726c3ab30c8775f09d3e2cd15b214b2cb89521820e25bafa168d1
+// identity: sha256:28ed311273a61ede130e27d4930d6fc1102fdb371def839b0c0f5103b86752cb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

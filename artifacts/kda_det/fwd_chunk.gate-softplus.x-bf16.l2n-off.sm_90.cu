@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:b1059f8c3eccca0dec7949c48d012a9774793512e7fe36b556f8357c99079c02
+// identity: sha256:040732ebcc5dd8b1d9336d6521121b96389a705c658c5d6bf8d6d22e4e74049b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:fd116942122548ee805f5802b4507a1e00f419494b486343cf41bce357392400
+// identity: sha256:e79595684e507bf11b5c06325ff058e69f841631be0915c05b32b819437b5da1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:11e119734ac914a6517c62c249c712a6549f90066eda62375dcda09d6a336c90
+// identity: sha256:beb11039b3f7d0b829300128682bf237a0557f79cf2d744a1fcedc4b4ab85d20
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

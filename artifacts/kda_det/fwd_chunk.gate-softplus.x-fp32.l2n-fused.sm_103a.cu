@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:2c1b05af9af58689f954bb7ac4048cc57f3d55dc4ea5112d608b79b7eb27ee18
+// identity: sha256:f8a598637b9371bef79353fc76e1485fe6a9b202836c5ad998e711b3562ef66c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

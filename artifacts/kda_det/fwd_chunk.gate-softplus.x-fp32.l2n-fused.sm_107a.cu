@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:53fefb44c7b0222aeaf608869286fc30c5c9bb606c6948a83cfb8be44f325444
+// identity: sha256:6bbeddb2d7b3f36c3b01fb3728651227ac34619cfe832c1a8da643d8841111de
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

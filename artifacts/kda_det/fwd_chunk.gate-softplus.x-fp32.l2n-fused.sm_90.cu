@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:404fa0573f1fc6de9db0fb7421ef6cf76394221ee434e40da044638dc5fea4b9
+// identity: sha256:d4aa2448d67e4d44b27896f80327d482c68dd6ff8c015c7e0b4f7eab3430e3cc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

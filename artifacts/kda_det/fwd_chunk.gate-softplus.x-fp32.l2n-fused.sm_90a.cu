@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:131f77740923e608e47e3e58e9c66e7b148671686a9d9125958439f878788561
+// identity: sha256:266a375f5c67c523c84b79a69dbcd78630c5c24e9d56ae1063f153ed9e9293d0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:f609c2bd34fdaa35ca485450eb7fdd8143169c31487275b4b27ad744a5509d0b
+// identity: sha256:39fa5ea91770c826f5a1d59c6a013150e38475eaab9b91a259d9003128e4f594
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:4d8d52e15787b6b58d3faab500f56351463403ba1ca9c6a8fd39ff6d7db840f7
+// identity: sha256:a90d7abd3e61b1458910d7cee9b30526cc1639111cf590bd81372783d05ed6d1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:b87ded44619d0e3d9534c1bc8d684779fa933be9a4f1abc17f546e0e361d22de
+// identity: sha256:291891077b54e85ea68cf73434e28d319528018c7bcf85bfcc69ac8b2a6ce744
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:6975020084568b549204a6a1aadd0e6a202800bfa740c920b07070ed5112edf5
+// identity: sha256:66e5afe0dd51e62f898985b953bb84af48d2d99666a3c5392807fb61dce10aee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:14aa7686741ac2be740e9c650f782e68d2f5d3f2f0a8a2f4548f044ccc87de63
+// identity: sha256:688cb1c709bad61f3a92b3ea8d276f70f2360730c10ad0bdde97185855077c50
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
