@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:a4b6a1e60868b2a6f60d47d2652fb8a843d197a1938eb2975762c080fab62fb0
+// identity: sha256:5808d8a0227f8cc5d00cfabf1e08638764c1d8a24df1666348cb3fccc6bd00b5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -576,12 +576,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // (1,1); 2 (2,0) (2,1); 3 (2,2); 4 (3,0) (3,1); 5 (3,2) (3,3). A diagonal block is computed
     // here only when it is fast (else the exact path above wrote it). Warps 6-7: Qg.
     if (warp < 6) {
-        const bool fast0 = fastmask & 1u, fast1 = (fastmask >> 1) & 1u;
-        const bool fast2 = (fastmask >> 2) & 1u, fast3 = (fastmask >> 3) & 1u;
         const int bi = warp == 0 ? 0 : warp == 1 ? 1 : warp < 4 ? 2 : 3;
-        const int bj0 = warp == 3 ? 2 : warp == 5 ? 2 : 0;
-        const int nt = warp == 0 ? (fast0 ? 1 : 0) : warp == 1 ? (fast1 ? 2 : 1) : warp == 3 ? (fast2 ? 1 : 0)
-                     : warp == 5 ? (fast3 ? 2 : 1) : 2;
+        const int bj0 = warp == 3 || warp == 5 ? 2 : 0;
+        const int blocks = warp == 0 || warp == 3 ? 1 : 2;
+        // the run's last block, when it is the diagonal one and not fast, is left out
+        const bool slow_diag = bj0 + blocks - 1 == bi && !((fastmask >> bi) & 1u);
+        const int nt = blocks - (slow_diag ? 1 : 0);
         if (nt > 0) qk_tiles(bi, bj0, nt);
     }
     if (warp >= 6) {
