@@ -277,20 +277,19 @@ def build_trees(out: Path, trees: list[str], programs: list[str]) -> None:
             compile_variant(out, name, f"tree-{tag}", program_source(Path(where), name))
 
 
-_CARVED: list[Any] = []  # capture's workspaces, alive for the rest of the process
-
-
-def capture(step: Any) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...]]]:
-    """Every launch of one step: (Function, grid, args), the tensors kept alive, and with them
-    every workspace the step carved: a launch takes a carved buffer by its bare address, which
-    would otherwise dangle once autograd frees the workspace (the next allocations, the bit
-    check's reference copies among them, would land on a kernel's inputs)."""
+def capture(step: Any) -> tuple[list[tuple[Any, tuple[int, ...], tuple[Any, ...]]], list[Any]]:
+    """Every launch of one step: (Function, grid, args), the tensors kept alive, and every
+    workspace the step carved (their flat tensors), to be kept alive by the caller: a launch takes
+    a carved buffer by its bare address, which would otherwise dangle once autograd frees the
+    workspace (the next allocations, the bit check's reference copies among them, would land on a
+    kernel's inputs)."""
     import torch
 
     import cake.launch as launch
     from cake.kda.workspace import Carved
 
     calls: list[tuple[Any, tuple[int, ...], tuple[Any, ...]]] = []
+    carved: list[Any] = []
     original = launch.Function.__call__
     carve = Carved.__init__
 
@@ -300,7 +299,7 @@ def capture(step: Any) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...]]]:
 
     def keeping(self: Any, layout: Any, flat: Any, extra: Any) -> None:
         carve(self, layout, flat, extra)
-        _CARVED.append(flat)
+        carved.append(flat)
 
     launch.Function.__call__ = recording  # type: ignore[method-assign]
     Carved.__init__ = keeping  # type: ignore[method-assign]
@@ -310,7 +309,7 @@ def capture(step: Any) -> list[tuple[Any, tuple[int, ...], tuple[Any, ...]]]:
     finally:
         launch.Function.__call__ = original  # type: ignore[method-assign]
         Carved.__init__ = carve  # type: ignore[method-assign]
-    return calls
+    return calls, carved
 
 
 def time_calls(fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], reps: int) -> float:
@@ -326,7 +325,9 @@ def time_calls(fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], reps: int)
     return start.elapsed_time(end) * 1000 / reps
 
 
-def same_bits(fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], ref: list[Any]) -> str:
+def same_bits(
+    fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], carved: list[Any], ref: list[Any]
+) -> str:
     """Run fn once and compare every tensor argument, then every carved workspace (the buffers a
     launch takes by address), with ref (the reference kernel's state after its run, in that
     order): the kernel's outputs, bit for bit. Differing workspaces are numbered after the
@@ -335,7 +336,7 @@ def same_bits(fn: Any, grid: tuple[int, ...], args: tuple[Any, ...], ref: list[A
 
     fn(grid, *args)
     torch.cuda.synchronize()
-    now = [*args, *_CARVED]
+    now = [*args, *carved]
     bad = [
         str(i) if i < len(args) else f"w{i - len(args)}"
         for i, (a, r) in enumerate(zip(now, ref, strict=True))
@@ -355,7 +356,7 @@ def time_main(
     (v,) = parse_variants(variant)
     _, step = cake_step(row, v)
     step()
-    calls = capture(step)
+    calls, carved = capture(step)
     out: dict[str, dict[str, float]] = {}
     bits: dict[str, dict[str, str]] = {}
     for fn, grid, args in calls:
@@ -376,9 +377,11 @@ def time_main(
         if check:
             variants.get(ref_tag, fn)(grid, *args)
             torch.cuda.synchronize()
-            ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in (*args, *_CARVED)]
+            ref = [a.clone() if isinstance(a, torch.Tensor) else a for a in (*args, *carved)]
             bits[key] = {
-                tag: same_bits(f, grid, args, ref) for tag, f in variants.items() if tag != ref_tag
+                tag: same_bits(f, grid, args, carved, ref)
+                for tag, f in variants.items()
+                if tag != ref_tag
             }
             del ref
         torch.cuda.synchronize()
