@@ -267,14 +267,50 @@ def build(out: Path, only: list[str] | None) -> None:
                 compile_variant(out, name, ab, apply(src, patches))
 
 
+def tree_kernels(tree: Path, name: str) -> dict[str, dict[str, int]]:
+    """The launch shape (threads, dynamic shared memory) of each kernel of program `name` as
+    `tree` declares it (generators/packages.toml): a tree may change them."""
+    import tomllib
+
+    stage = name.split(".", 1)[0]
+    stages = tomllib.loads((tree / "generators" / "packages.toml").read_text())["stages"]
+    if stage not in stages:
+        raise SystemExit(f"{tree}: no stage {stage!r} in generators/packages.toml")
+    return {
+        k["symbol"]: {"threads": k["threads"], "smem": k["smem"]} for k in stages[stage]["kernels"]
+    }
+
+
 def build_trees(out: Path, trees: list[str], programs: list[str]) -> None:
     """Variants that are other versions of a program: NAME=DIR compiles DIR's rendered program
-    (a worktree of another branch or commit) as variant `tree-NAME`."""
+    (a worktree of another branch or commit) as variant `tree-NAME`, with DIR's launch shape of
+    its kernels beside it (<name>.tree-NAME.json; time launches the variant with it)."""
     out.mkdir(parents=True, exist_ok=True)
     for spec in trees:
         tag, _, where = spec.partition("=")
         for name in programs:
             compile_variant(out, name, f"tree-{tag}", program_source(Path(where), name))
+            shape = json.dumps(tree_kernels(Path(where), name))
+            (out / f"{name}.tree-{tag}.json").write_text(shape + "\n")
+
+
+def variant_function(fn: Any, cubin: Path) -> Any:
+    """The kernel of `cubin` standing in for the shipped `fn`, launched with the shape recorded
+    beside the cubin (a tree variant's own threads and shared memory) or else the shipped one."""
+    from cake.launch import Module
+
+    entry = fn.entry
+    shape = cubin.with_suffix(".json")
+    if shape.exists():
+        kernels = json.loads(shape.read_text())
+        entry = entry.model_copy(
+            update={
+                "kernels": tuple(
+                    k.model_copy(update=kernels.get(k.symbol, {})) for k in entry.kernels
+                )
+            }
+        )
+    return Module(entry, cubin.read_bytes(), fn.device)[fn.meta.symbol]
 
 
 def capture(step: Any) -> tuple[list[tuple[Any, tuple[int, ...], tuple[Any, ...]]], list[Any]]:
@@ -351,8 +387,6 @@ def time_main(
     import torch
     from bench import cake_step, parse_variants
 
-    from cake.launch import Module
-
     (v,) = parse_variants(variant)
     _, step = cake_step(row, v)
     step()
@@ -368,7 +402,7 @@ def time_main(
         variants = {"shipped": fn}
         for cubin in cubins:
             tag = cubin.name[len(name) + 1 : -len(".cubin")]
-            variants[tag] = Module(fn.entry, cubin.read_bytes(), fn.device)[fn.meta.symbol]
+            variants[tag] = variant_function(fn, cubin)
         samples: dict[str, list[float]] = {k: [] for k in variants}
         for _ in range(rounds):
             for tag, f in variants.items():
