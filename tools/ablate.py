@@ -127,6 +127,17 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("q4 < q4end; ++q4", "q4 < 0; ++q4"),
         ],
         "nowu": [("for (int kp = 0; kp < 4; ++kp) {", "for (int kp = 0; kp < 0; ++kp) {")],
+        # what only the saved path writes (the backward's G, T, Akk): their cost in its launch
+        "nokeep": [
+            ("if (G_out != nullptr && r < L)", "if (false)"),
+            ("if (Akk_out != nullptr) {", "if (false) {"),
+            ("if (T_out != nullptr) {", "if (false) {"),
+        ],
+        "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
+        "notakk": [
+            ("if (Akk_out != nullptr) {", "if (false) {"),
+            ("if (T_out != nullptr) {", "if (false) {"),
+        ],
     },
     "bwd_state.sm_90a": {
         "noload": NO_LOAD,
