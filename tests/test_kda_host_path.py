@@ -80,13 +80,13 @@ def test_launch_addresses_are_the_saved_views(loader: _Loader):
     W = saved["W"]
     assert bool((W.view(torch.int32) == int.from_bytes(bytes([MARK] * 4), "little")).all())
     (chunk_args,) = [a for s, a in loader.calls if s == "kda_fwd_chunk"]
-    names = ["Aqk", "W", None, "Qg", "Kd", "gl", "G", "T", "Akk", "R"]  # arguments 8..17 (U own)
-    for name, arg in zip(names, chunk_args[8:18], strict=True):
+    names = ["Aqk", "W", None, "Qg", "Kd", "gl", "G", "TA", "R"]  # arguments 8..16 (U own)
+    for name, arg in zip(names, chunk_args[8:17], strict=True):
         if name is not None:
             want = saved[name]
             assert arg == (want.data_ptr() if want is not None else None), name
     spans = sorted(
         (saved[n].data_ptr(), saved[n].data_ptr() + saved[n].nbytes)
-        for n in ("Aqk", "W", "Qg", "Kd", "gl", "G", "T", "Akk", "states")
+        for n in ("Aqk", "W", "Qg", "Kd", "gl", "G", "TA", "states")
     )
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in pairwise(spans))

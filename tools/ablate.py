@@ -108,9 +108,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("float* out = Qg + ws * 8192;", "float* out = Qg;"),
             ("float* aout = Aqk + ws * 4096;", "float* aout = Aqk;"),
             ("float* kout = Kd + ws * 8192;", "float* kout = Kd;"),
-            ("float* kk = Akk_out + ws * 4096;", "float* kk = Akk_out;"),
             ("float* out = (isW ? W : U) + ws * 8192;", "float* out = (isW ? W : U);"),
-            ("float* tt = T_out + ws * 4096;", "float* tt = T_out;"),
+            ("float* ta = TA_out + ws * 4096;", "float* ta = TA_out;"),
             ("G_out + in_base + (long long)r", "G_out + (long long)h * 128 + (long long)r"),
         ],
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
@@ -127,17 +126,13 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("q4 < q4end; ++q4", "q4 < 0; ++q4"),
         ],
         "nowu": [("for (int kp = 0; kp < 4; ++kp) {", "for (int kp = 0; kp < 0; ++kp) {")],
-        # what only the saved path writes (the backward's G, T, Akk): their cost in its launch
+        # what only the saved path writes (the backward's G, T and Akk): their cost in its launch
         "nokeep": [
             ("if (G_out != nullptr && r < L)", "if (false)"),
-            ("if (Akk_out != nullptr) {", "if (false) {"),
-            ("if (T_out != nullptr) {", "if (false) {"),
+            ("if (TA_out != nullptr) {", "if (false) {"),
         ],
         "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
-        "notakk": [
-            ("if (Akk_out != nullptr) {", "if (false) {"),
-            ("if (T_out != nullptr) {", "if (false) {"),
-        ],
+        "nota": [("if (TA_out != nullptr) {", "if (false) {")],
     },
     "bwd_state.sm_90a": {
         "noload": NO_LOAD,

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:f871ebafc2ea6c9dc3cd9b63438534a286b8165e45be77fbb5806b4167bb9d8c
+// identity: sha256:2612eced26d6bbf399cc0c4e826e194db50d0d9870efae3f872b9c7f223bf021
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -269,9 +269,13 @@ __device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
     lo = rtf32(x - hi);
 }
 
-// The four entries of a (u = u0..u0+3) with u < i (keep_below) or u > i (keep_above); others 0.
+// The four entries of a (u = u0..u0+3) with u < i (keep_below), u <= i (keep_upto) or u > i
+// (keep_above); others 0.
 __device__ __forceinline__ float4 keep_below(float4 a, int u0, int i) {
     return make_float4(u0 < i ? a.x : 0.f, u0 + 1 < i ? a.y : 0.f, u0 + 2 < i ? a.z : 0.f, u0 + 3 < i ? a.w : 0.f);
+}
+__device__ __forceinline__ float4 keep_upto(float4 a, int u0, int i) {
+    return make_float4(u0 <= i ? a.x : 0.f, u0 + 1 <= i ? a.y : 0.f, u0 + 2 <= i ? a.z : 0.f, u0 + 3 <= i ? a.w : 0.f);
 }
 __device__ __forceinline__ float4 keep_above(float4 a, int u0, int i) {
     return make_float4(u0 > i ? a.x : 0.f, u0 + 1 > i ? a.y : 0.f, u0 + 2 > i ? a.z : 0.f, u0 + 3 > i ? a.w : 0.f);
@@ -317,8 +321,9 @@ __device__ __forceinline__ void zero16(float (&a)[4][4]) {
 // Shared-memory map (bytes).
 constexpr int OFF_Q = 0, OFF_K = 16384, OFF_V = 32768, OFF_O = 49152;  // bf16 [64][128]
 constexpr int OFF_G = 65536;    // fp32 [64][128]: Gamma * log2(e), rows >= L repeat row L-1
-constexpr int OFF_AK = 98304;   // fp32 [64][64]: Akk, later dAkk = beta * dM
-constexpr int OFF_T = 114688;   // fp32 [64][64]: T, later dA1 = scale * dAqk (lower, incl. diagonal)
+constexpr int OFF_AK = 98304;   // fp32 [64][64]: TA (Akk above the diagonal), later dAkk = beta * dM below
+constexpr int OFF_T = 114688;   // fp32 [64][64]: TA (T on and below the diagonal), later dA1 = scale * dAqk
+                                // (lower, incl. diagonal)
 constexpr int OFF_C = 131072;   // fp32 [64][128]: dVn, then Y = T^T dVn (TF32); [128][64] dS_end v 64..127;
                                 // after phase 5's mma: the dq accumulator [64][128]
 constexpr int OFF_D = 163840;   // 64 KB: S_c [128][128]; then [beta X^T [128][64] | Vn [64][128]];
@@ -347,7 +352,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const void* __restrict__ beta, const float* __restrict__ G, const x_t* __restrict__ xin,
     const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, const float* __restrict__ states,
-    const float* __restrict__ Tm, const float* __restrict__ Akk, const float* __restrict__ Rn,
+    const float* __restrict__ TA, const float* __restrict__ Rn,
     const float* __restrict__ dS_end, const float* __restrict__ dVn,
     unsigned short* __restrict__ dq_out, unsigned short* __restrict__ dk_out,
     unsigned short* __restrict__ dv_out, x_t* __restrict__ dg_out, void* __restrict__ dbeta_out,
@@ -391,7 +396,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
               cq = cake_opaque(cq_top), i0 = 16 * rb + g, i1 = i0 + 8;                          \
     (void)g; (void)t; (void)rb; (void)cq; (void)i0; (void)i1
 
-    // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), T, Akk; group 1: S_c.
+    // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
+    // part is read as T, AK's upper part as Akk^T; the second copy comes from L2); group 1: S_c.
     {
         // The cp.async issue loops stay rolled (phase 0 waits on memory, not on issue): unrolled,
         // they were ~500 of the program's ~7 000 SASS instructions that run, and the whole
@@ -416,7 +422,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll 1
         for (int i = 0; i < 4; ++i) {
             const int idx = tid + 512 * i, which = idx >> 10, r = (idx >> 4) & 63, c4 = idx & 15;
-            cake_cp_async16((which ? AK : TT) + fx<64>(r, 4 * c4), (which ? Akk : Tm) + ws * 4096 + r * 64 + 4 * c4, 16);
+            cake_cp_async16((which ? AK : TT) + fx<64>(r, 4 * c4), TA + ws * 4096 + r * 64 + 4 * c4, 16);
         }
         // The forward's L2-norm reciprocals (rq, rk adjacent), the same bits it used.
         if (kL2Norm && tid < 32) cake_cp_async16(rq + 4 * tid, Rn + ws * 128 + 4 * tid, 16);
@@ -457,7 +463,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };
     auto rkf = [&](int r) { return kL2Norm ? rk[r] : 1.f; };
 
-    // ---- phase 1 (kda_fwd_chunk's): Akk and T = (I + diag(beta) Akk)^-1 came with group 0.
+    // ---- phase 1 (kda_fwd_chunk's): Akk and T = (I + diag(beta) Akk)^-1 came with group 0. TT
+    // holds Akk^T above the diagonal, so the products that read T's diagonal blocks (phases 2
+    // and 3c) mask what lies above it.
 
     // Gradient accumulators of this thread's 32 (row, dim) elements, fp32. Registers (Dq, Dk)
     // only from phase 3a to phase 5 (register pressure: no spills with 512 threads); after phase
@@ -494,12 +502,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int kp = rb; kp < 4; ++kp) {  // T^T[i][j] = T[j][i] is zero for j < i
             const int j0 = 16 * kp + 4 * t;
             float4 alo = r4(ldt4_at<64>(TT, a00, a01, kp)), ahi = r4(ldt4_at<64>(TT, a10, a11, kp));
-            if (kp == rb) {  // drop T[i][i] = 1: rows j0 + e against columns i0 = 16 rb + g, i1 = i0 + 8
+            if (kp == rb) {  // drop T[i][i] = 1 and keep T[j][i] = 0 for j < i (TA holds Akk there):
+                // rows j0 + e against columns i0 = 16 rb + g, i1 = i0 + 8
                 const int e0 = 4 * t;
-                if (e0 + 0 == g) alo.x = 0.f; if (e0 + 1 == g) alo.y = 0.f;
-                if (e0 + 2 == g) alo.z = 0.f; if (e0 + 3 == g) alo.w = 0.f;
-                if (e0 + 0 == g + 8) ahi.x = 0.f; if (e0 + 1 == g + 8) ahi.y = 0.f;
-                if (e0 + 2 == g + 8) ahi.z = 0.f; if (e0 + 3 == g + 8) ahi.w = 0.f;
+                if (e0 + 0 <= g) alo.x = 0.f; if (e0 + 1 <= g) alo.y = 0.f;
+                if (e0 + 2 <= g) alo.z = 0.f; if (e0 + 3 <= g) alo.w = 0.f;
+                if (e0 + 0 <= g + 8) ahi.x = 0.f; if (e0 + 1 <= g + 8) ahi.y = 0.f;
+                if (e0 + 2 <= g + 8) ahi.z = 0.f; if (e0 + 3 <= g + 8) ahi.w = 0.f;
             }
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni)
@@ -648,7 +657,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         zero16(acc);
         for (int kp = 0; kp <= rb; ++kp) {
             const int j0 = 16 * kp + 4 * t;
-            const float4 alo = r4(ldf4(TT, fx<64>(i0, j0))), ahi = r4(ldf4(TT, fx<64>(i1, j0)));
+            float4 alo = r4(ldf4(TT, fx<64>(i0, j0))), ahi = r4(ldf4(TT, fx<64>(i1, j0)));
+            if (kp == rb) {  // the diagonal block: T[i][j] for j <= i (TA holds Akk^T above)
+                alo = keep_upto(alo, j0, i0);
+                ahi = keep_upto(ahi, j0, i1);
+            }
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni)
                 mma_k16(acc[ni], alo, ahi, ldf4(RD, fx<64>(32 * cq + 8 * ni + g, j0)));
@@ -721,12 +734,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     TT[fx<64>(i, j)] = j <= i ? scale * acc[ni][e] : 0.f;
                 } else {
                     const float dm = j < i ? -acc[ni][e] : 0.f;
-                    if (j < i) {  // entries on or above the diagonal may hold the solve's scratch
-                        const float akk = AK[fx<64>(i, j)];
+                    if (j < i) {  // Akk[i][j] is TA's (j, i), above the diagonal: only read here
+                        const float akk = AK[fx<64>(j, i)];
                         if (e < 2) db0 = fmaf(dm, akk, db0);
                         else db1 = fmaf(dm, akk, db1);
+                        AK[fx<64>(i, j)] = bs[i] * dm;
                     }
-                    AK[fx<64>(i, j)] = bs[i] * dm;
                 }
             }
         }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:439947291dc1275bc9b321387b748fcd13459702a4c44ac819e642e24b3519bc
+// identity: sha256:eda48afd4816ccef158044623bb589903d1562b7c3d1011f4ae04f7a4943eb77
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -247,8 +247,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     const x_t* __restrict__ x, const float* __restrict__ A_log, const float* __restrict__ dt_bias,
     const int* __restrict__ chunks, float* __restrict__ Aqk, float* __restrict__ W,
     float* __restrict__ U, float* __restrict__ Qg, float* __restrict__ Kd, float* __restrict__ gl,
-    float* __restrict__ G_out, float* __restrict__ T_out, float* __restrict__ Akk_out,
-    float* __restrict__ R_out, int H,
+    float* __restrict__ G_out, float* __restrict__ TA_out, float* __restrict__ R_out, int H,
     int beta_flags, float scale, float lower_bound)
 {
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
@@ -661,17 +660,26 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const int d = tid - 128;
             gl[ws * 128 + d] = cake_ex2(gs[at_gam(L - 1, d >> 2) + (d & 3)]);
         }
-        if (Akk_out != nullptr) {  // strictly lower part of Ms; the upper blocks hold scratch
-            float* kk = Akk_out + ws * 4096;
+        if (TA_out != nullptr) {  // TA above the diagonal: Akk transposed (M's strictly lower part)
+            float* ta = TA_out + ws * 4096;
             for (int idx = tid - 64; idx < 64 * 16; idx += 192) {
                 const int r = idx >> 4, c4 = idx & 15;
-                float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (4 * c4 < r) {
-                    const float4 m = ld4_f32(Ms, at_sq(r, c4));
-                    y = make_float4(m.x, 4 * c4 + 1 < r ? m.y : 0.f, 4 * c4 + 2 < r ? m.z : 0.f,
-                                    4 * c4 + 3 < r ? m.w : 0.f);
+                if (4 * c4 + 3 <= r) continue;  // on or below the diagonal: T's, at the end
+                const float* m = Ms + (r & 3);
+                const int rc = r >> 2;
+                float4 y;
+                y.x = m[at_sq(4 * c4 + 0, rc)];
+                y.y = m[at_sq(4 * c4 + 1, rc)];
+                y.z = m[at_sq(4 * c4 + 2, rc)];
+                y.w = m[at_sq(4 * c4 + 3, rc)];
+                float* p = ta + r * 64 + 4 * c4;
+                if (4 * c4 > r) {
+                    *reinterpret_cast<float4*>(p) = y;
+                } else {  // the float4 the diagonal crosses: its entries above it
+                    if (4 * c4 + 1 > r) p[1] = y.y;
+                    if (4 * c4 + 2 > r) p[2] = y.z;
+                    p[3] = y.w;
                 }
-                *reinterpret_cast<float4*>(kk + r * 64 + 4 * c4) = y;
             }
         }
     }
@@ -794,13 +802,21 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(x.z, x.w);
             }
     }
-    if (T_out != nullptr) {  // T's lower blocks; the blocks above the diagonal are zeros
-        float* tt = T_out + ws * 4096;
+    if (TA_out != nullptr) {  // TA on and below the diagonal: T (its unit diagonal included)
+        float* ta = TA_out + ws * 4096;
 #pragma unroll 1
         for (int idx = tid; idx < 64 * 16; idx += 256) {
             const int r = idx >> 4, c4 = idx & 15;
-            const float4 y = 4 * c4 < 16 * (r >> 4) + 16 ? ld4_f32(As, at_sq(r, c4)) : make_float4(0.f, 0.f, 0.f, 0.f);
-            *reinterpret_cast<float4*>(tt + r * 64 + 4 * c4) = y;
+            if (4 * c4 > r) continue;  // wholly above the diagonal: written with the inverses
+            const float4 y = ld4_f32(As, at_sq(r, c4));
+            float* p = ta + r * 64 + 4 * c4;
+            if (4 * c4 + 3 <= r) {
+                *reinterpret_cast<float4*>(p) = y;
+            } else {  // the float4 the diagonal crosses: its entries on or below it
+                p[0] = y.x;
+                if (4 * c4 + 1 <= r) p[1] = y.y;
+                if (4 * c4 + 2 <= r) p[2] = y.z;
+            }
         }
     }
 }

@@ -149,8 +149,7 @@ def _static(  # noqa: PLR0913
         ("Kd", (NC, H, K, CHUNK)),  # transposed: the state pass reads Kd^T rows
         ("gl", (NC, H, K)),
         ("G", kept((T, H, K))),
-        ("T", kept((NC, H, CHUNK, CHUNK))),
-        ("Akk", kept((NC, H, CHUNK, CHUNK))),
+        ("TA", kept((NC, H, CHUNK, CHUNK))),  # T below Akk^T: both triangular, one tile
         ("states", kept((NC, H, K, V))),
         ("R", kept((NC, H, 2 * CHUNK)) if fused else None),
     ])  # fmt: skip
@@ -170,9 +169,9 @@ def forward(  # noqa: ANN201
 ):  # noqa: ANN001
     """Launch the forward; returns (o, final state or None, saved or None). With keep, saved (a
     Carved workspace: `saved.ptr(name)` for launches, `saved[name]` a tensor view) holds what the
-    backward reads: G (Γ), Aqk, W, Qg, Kd, gl, T and Akk (the chunk solve's), R (the L2 norms'
-    reciprocals, fused L2 norm only), the state at each chunk's start ("states") and the
-    segments' transitions ("M", split calls only).
+    backward reads: G (Γ), Aqk, W, Qg, Kd, gl, TA (the chunk solve's T on and below the diagonal,
+    Akk transposed above it), R (the L2 norms' reciprocals, fused L2 norm only), the state at each
+    chunk's start ("states") and the segments' transitions ("M", split calls only).
     Without want_o (the backward's replay: keep only) the state pass is the program without O,
     which reads neither Qg nor Aqk and writes the same states; o and the final state are then
     None."""
@@ -194,7 +193,7 @@ def forward(  # noqa: ANN201
     U = torch.empty((NC, H, CHUNK, V), dtype=torch.float32, device=device)
     st.chunk(
         (NC, H), q, k, v, beta, x, A_log, dt_bias, layout.chunks, Aqk, W, U, Qg, Kd, gl,
-        p("G"), p("T"), p("Akk"), p("R"),  # written only when the backward will read them
+        p("G"), p("TA"), p("R"),  # written only when the backward will read them
         H, beta_flags(config, beta), config.scale, float(config.lower_bound),
     )  # fmt: skip
     o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device) if want_o else None
