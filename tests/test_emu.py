@@ -214,8 +214,8 @@ def test_every_output_element_is_written(monkeypatch, loader, arch):
 @needs_cxx
 def test_forward_keeps_the_chunk_solve_the_backward_reads(loader):
     """kda_fwd_chunk's TA_out (what kda_bwd_chunk reads instead of solving again): T on and below
-    its diagonal, Akk transposed above it. Akk is k_i k_j exp(G_i - G_j) below the diagonal, T is
-    unit lower triangular and inverts I + diag(beta) Akk, per chunk, in float64."""
+    its diagonal, Akk turned by 180 degrees above it. Akk is k_i k_j exp(G_i - G_j) below the
+    diagonal, T is unit lower triangular and inverts I + diag(beta) Akk, per chunk, in float64."""
     inp, _, _ = case_inputs(CASES["g-mixed-off"])
     config = config_for(inp)
     args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
@@ -226,15 +226,13 @@ def test_forward_keeps_the_chunk_solve_the_backward_reads(loader):
     k = inp.k.reshape(-1, inp.k.shape[-2], 128).double()
     G, beta = saved["G"].double(), inp.beta.reshape(-1, inp.beta.shape[-1]).double()
     eye = torch.eye(64, dtype=torch.float64)
-    below = torch.tril(torch.ones(64, 64, dtype=torch.bool), -1)
     worst_akk = worst_inv = 0.0
     for c, (t0, L) in enumerate(chunks):
         for h in range(k.shape[1]):
             TA = saved["TA"][c, h].double()
             assert torch.equal(torch.diagonal(TA), torch.ones(64, dtype=torch.float64))
             T = torch.tril(TA, -1) + eye  # unit lower triangular
-            A = torch.triu(TA, 1).T  # strictly lower
-            assert TA.T[below].equal(A[below])
+            A = torch.triu(TA, 1).flip(0, 1)  # TA[63 - i][63 - j] = Akk[i][j]: strictly lower
             kk, gg = k[t0 : t0 + L, h], G[t0 : t0 + L, h]
             ref = torch.zeros(64, 64, dtype=torch.float64)
             decay = torch.exp(gg[:, None, :] - gg[None, :, :])  # [i, j, d]

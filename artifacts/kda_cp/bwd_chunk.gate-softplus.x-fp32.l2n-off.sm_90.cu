@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:50ef2e3e1296f2d3a23018676116f49389bca4b5e1031ff78eb90ae1083b8416
+// identity: sha256:532524dcf51f51bd24bd34880957755b23e5aa2694decb981a23615bf0fcad90
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -397,7 +397,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     (void)g; (void)t; (void)rb; (void)cq; (void)i0; (void)i1
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
-    // part is read as T, AK's upper part as Akk^T; the second copy comes from L2); group 1: S_c.
+    // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
     {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -460,8 +460,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     auto rkf = [&](int r) { return kL2Norm ? rk[r] : 1.f; };
 
     // ---- phase 1 (kda_fwd_chunk's): Akk and T = (I + diag(beta) Akk)^-1 came with group 0. TT
-    // holds Akk^T above the diagonal, so the products that read T's diagonal blocks (phases 2
-    // and 3c) mask what lies above it.
+    // holds Akk above the diagonal, so the products that read T's diagonal blocks (phases 2 and
+    // 3c) mask what lies above it.
 
     // Gradient accumulators of this thread's 32 (row, dim) elements, fp32. Registers (Dq, Dk)
     // only from phase 3a to phase 5 (register pressure: no spills with 512 threads); after phase
@@ -654,7 +654,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int kp = 0; kp <= rb; ++kp) {
             const int j0 = 16 * kp + 4 * t;
             float4 alo = r4(ldf4(TT, fx<64>(i0, j0))), ahi = r4(ldf4(TT, fx<64>(i1, j0)));
-            if (kp == rb) {  // the diagonal block: T[i][j] for j <= i (TA holds Akk^T above)
+            if (kp == rb) {  // the diagonal block: T[i][j] for j <= i (TA holds Akk above)
                 alo = keep_upto(alo, j0, i0);
                 ahi = keep_upto(ahi, j0, i1);
             }
@@ -730,8 +730,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     TT[fx<64>(i, j)] = j <= i ? scale * acc[ni][e] : 0.f;
                 } else {
                     const float dm = j < i ? -acc[ni][e] : 0.f;
-                    if (j < i) {  // Akk[i][j] is TA's (j, i), above the diagonal: only read here
-                        const float akk = AK[fx<64>(j, i)];
+                    if (j < i) {  // Akk[i][j] is TA's (63 - i, 63 - j), above the diagonal: only read here
+                        const float akk = AK[fx<64>(63 - i, 63 - j)];
                         if (e < 2) db0 = fmaf(dm, akk, db0);
                         else db1 = fmaf(dm, akk, db1);
                         AK[fx<64>(i, j)] = bs[i] * dm;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:ba3dbb8c00ad8f73f2e548cf753ffc58c6f7c9d2bc5ac87681544dfbfdd2c1e3
+// identity: sha256:8f736870b0858d852feacf43ba5454bc5c3f3f4a6cfbb9dbcb0d8463e0dd1a9c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -656,25 +656,20 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const int d = tid - 128;
             gl[ws * 128 + d] = cake_ex2(gs[at_gam(L - 1, d >> 2) + (d & 3)]);
         }
-        if (TA_out != nullptr) {  // TA above the diagonal: Akk transposed (M's strictly lower part)
+        if (TA_out != nullptr) {  // TA above the diagonal: Akk (M's strictly lower part) rotated
             float* ta = TA_out + ws * 4096;
             for (int idx = tid - 64; idx < 64 * 16; idx += 192) {
                 const int r = idx >> 4, c4 = idx & 15;
-                if (4 * c4 + 3 <= r) continue;  // on or below the diagonal: T's, at the end
-                const float* m = Ms + (r & 3);
-                const int rc = r >> 2;
-                float4 y;
-                y.x = m[at_sq(4 * c4 + 0, rc)];
-                y.y = m[at_sq(4 * c4 + 1, rc)];
-                y.z = m[at_sq(4 * c4 + 2, rc)];
-                y.w = m[at_sq(4 * c4 + 3, rc)];
-                float* p = ta + r * 64 + 4 * c4;
-                if (4 * c4 > r) {
-                    *reinterpret_cast<float4*>(p) = y;
-                } else {  // the float4 the diagonal crosses: its entries above it
-                    if (4 * c4 + 1 > r) p[1] = y.y;
-                    if (4 * c4 + 2 > r) p[2] = y.z;
-                    p[3] = y.w;
+                if (4 * c4 >= r) continue;  // no entry below the diagonal
+                const float4 y = ld4_f32(Ms, at_sq(r, c4));
+                // Akk[r][4 c4 + e] -> TA[63 - r][63 - 4 c4 - e]: the float4 reversed
+                float* p = ta + (63 - r) * 64 + 60 - 4 * c4;
+                if (4 * c4 + 3 < r) {
+                    *reinterpret_cast<float4*>(p) = make_float4(y.w, y.z, y.y, y.x);
+                } else {  // the float4 the diagonal crosses: its entries below it
+                    p[3] = y.x;
+                    if (4 * c4 + 1 < r) p[2] = y.y;
+                    if (4 * c4 + 2 < r) p[1] = y.z;
                 }
             }
         }
