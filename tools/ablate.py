@@ -275,16 +275,14 @@ def build(out: Path, only: list[str] | None) -> None:
 
 def tree_kernels(tree: Path, name: str) -> dict[str, dict[str, int]]:
     """The launch shape (threads, dynamic shared memory) of each kernel of program `name` as
-    `tree` declares it (generators/packages.toml): a tree may change them."""
-    import tomllib
+    `tree` declares it (its generators/packages.toml, read by cake's own matrix loader): a tree
+    may change them."""
+    from cake.matrix import load_matrix
+    from cake.spec import Stage
+    from cake.tree import Tree
 
-    stage = name.split(".", 1)[0]
-    stages = tomllib.loads((tree / "generators" / "packages.toml").read_text())["stages"]
-    if stage not in stages:
-        raise SystemExit(f"{tree}: no stage {stage!r} in generators/packages.toml")
-    return {
-        k["symbol"]: {"threads": k["threads"], "smem": k["smem"]} for k in stages[stage]["kernels"]
-    }
+    spec = load_matrix(Tree(tree)).stages[Stage(name.split(".", 1)[0])]
+    return {k.symbol: {"threads": k.threads, "smem": k.smem} for k in spec.kernels}
 
 
 def build_trees(out: Path, trees: list[str], programs: list[str]) -> None:
