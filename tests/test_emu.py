@@ -24,7 +24,7 @@ import cake.kda.stages as stages_module  # noqa: E402
 from cake.errors import LaunchError  # noqa: E402
 from cake.kda import chunk_kda  # noqa: E402
 from cake.kda.layout import layout_for  # noqa: E402
-from cake.spec import Arch, GateForm  # noqa: E402
+from cake.spec import Arch, GateForm, L2Norm  # noqa: E402
 from tools.emu import compiler  # noqa: E402
 from tools.emu.check import (  # noqa: E402
     BOUND,
@@ -181,9 +181,31 @@ def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, loader):
             x, layout, form, A_log=inp.A_log, dt_bias=inp.dt_bias, lower_bound=config.lower_bound
         )
         saved = forward_module.forward(*args, config, keep=True)[2]
+        # the forward keeps G for the raw gates only (kda_bwd_chunk forms Γ from g itself), so the
+        # g form's Γ is read from a launch of kda_fwd_chunk with a G_out of its own
+        fwd_G = saved["G"] if form is not GateForm.g else fwd_chunk_gamma(inp, config, x)
     ref = reference(x, config.cu_seqlens, form, inp.A_log, inp.dt_bias, config.lower_bound)
     assert rel_l2(G, ref) <= 1e-5
-    assert torch.equal(G, saved["G"])
+    assert torch.equal(G, fwd_G)
+    assert (saved["G"] is None) == (form is GateForm.g)
+
+
+def fwd_chunk_gamma(inp, config, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    """kda_fwd_chunk's G_out for the g form, from one launch with buffers of its own."""
+    T, H, K = x.shape
+    layout = layout_for(config.cu_seqlens, x.device)
+    st = forward_module._static(forward_module.default_loader(), config, H, T, x.dtype, x.device, True, True)
+    NC = layout.n_chunks
+    f32 = lambda *shape: torch.empty(shape, dtype=torch.float32)  # noqa: E731
+    G = f32(T, H, K)
+    R = f32(NC, H, 128) if config.l2n is L2Norm.fused else None
+    st.chunk(
+        (NC, H), inp.q, inp.k, inp.v, inp.beta, x, None, None, layout.chunks,
+        f32(NC, H, 64, 64), f32(NC, H, 64, K), f32(NC, H, 64, K), f32(NC, H, 64, K),
+        f32(NC, H, K, 64), f32(NC, H, K), G, f32(NC, H, 64, 64), R,
+        H, forward_module.beta_flags(config, inp.beta), config.scale, float(config.lower_bound),
+    )  # fmt: skip
+    return G
 
 
 # ---- orchestration and emulator guarantees ------------------------------------------------------
@@ -221,10 +243,12 @@ def test_forward_keeps_the_chunk_solve_the_backward_reads(loader):
     args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
     with emulate(loader):
         saved = forward_module.forward(*args, config, keep=True)[2]
+        x = inp.g.view(-1, inp.g.shape[-2], 128)
+        G = stages_module.gate_cumsum(x, layout_for(config.cu_seqlens, x.device), GateForm.g)
     assert saved is not None
     chunks = layout_for(config.cu_seqlens, torch.device("cpu")).chunks.tolist()
     k = inp.k.reshape(-1, inp.k.shape[-2], 128).double()
-    G, beta = saved["G"].double(), inp.beta.reshape(-1, inp.beta.shape[-1]).double()
+    G, beta = G.double(), inp.beta.reshape(-1, inp.beta.shape[-1]).double()  # fwd_chunk's Γ bits
     eye = torch.eye(64, dtype=torch.float64)
     worst_akk = worst_inv = 0.0
     for c, (t0, L) in enumerate(chunks):

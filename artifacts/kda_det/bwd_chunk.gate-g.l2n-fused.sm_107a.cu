@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:15202a3eb32187e0ee33105066c4acb8b29b1ed9efea7f68fcae38c66da67e98
+// identity: sha256:9d76b4a6c6116e8cd15bc362a4eff2e1914ac0c01db40aabc93892089926c057
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -146,6 +146,67 @@ __device__ __forceinline__ void cake_store_beta(void* dbeta, long long i, float 
         static_cast<float*>(dbeta)[i] = s;
 }
 // ---- end cake/beta.cuh ----
+// ---- begin cake/gate.cuh ----
+// KDA gate activations and Gamma's per-row step, shared by the gate stage and the chunk programs.
+
+__device__ __forceinline__ float cake_bf16_bits_to_float(unsigned short bits) {
+    return __uint_as_float(((unsigned int)bits) << 16);
+}
+
+// softplus with torch's threshold: above 20 it is the identity to fp32 rounding.
+__device__ __forceinline__ float cake_softplus(float x) {
+    return x > 20.f ? x : log1pf(expf(x));
+}
+
+__device__ __forceinline__ float cake_sigmoid(float x) {
+    return 1.f / (1.f + expf(-x));
+}
+
+// g = -exp(A_log) * softplus(x + dt_bias)
+__device__ __forceinline__ float cake_gate_softplus(float x, float a_log, float dt_bias) {
+    return -expf(a_log) * cake_softplus(x + dt_bias);
+}
+
+// g = lower_bound * sigmoid(exp(A_log) * (x + dt_bias)), with -5 <= lower_bound < 0
+__device__ __forceinline__ float cake_gate_sigmoid(float x, float a_log, float dt_bias, float lower_bound) {
+    return lower_bound * cake_sigmoid(expf(a_log) * (x + dt_bias));
+}
+
+// Four consecutive gate inputs (dims 4c..4c+3 of one token) as fp32, from fp32 or bf16 storage.
+__device__ __forceinline__ float4 cake_load_gate4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
+
+__device__ __forceinline__ float4 cake_load_gate4(const unsigned short* p) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    return make_float4(cake_bf16_bits_to_float((unsigned short)(u.x & 0xffffu)),
+                       cake_bf16_bits_to_float((unsigned short)(u.x >> 16)),
+                       cake_bf16_bits_to_float((unsigned short)(u.y & 0xffffu)),
+                       cake_bf16_bits_to_float((unsigned short)(u.y >> 16)));
+}
+
+// Gamma's level 1 (kda_fwd_chunk and kda_bwd_chunk, which must agree to the bit): one row's log
+// gate added to its 8-row group's running sum, four dims at a time. kGate 0: x is the log gate g;
+// 1: -ea softplus(x + bias); 2: lower_bound sigmoid(ea (x + bias)). The raw forms add with one
+// fma, as the gate stage's compiled `acc += cake_gate_*(...)` does; ea = exp(A_log[h]).
+template <int kGate>
+__device__ __forceinline__ float4 cake_gamma_add(float4 acc, float4 x, float4 bias, float ea, float lower_bound) {
+    if (kGate == 0) {
+        acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+    } else if (kGate == 1) {
+        acc.x = __fmaf_rn(-ea, cake_softplus(x.x + bias.x), acc.x);
+        acc.y = __fmaf_rn(-ea, cake_softplus(x.y + bias.y), acc.y);
+        acc.z = __fmaf_rn(-ea, cake_softplus(x.z + bias.z), acc.z);
+        acc.w = __fmaf_rn(-ea, cake_softplus(x.w + bias.w), acc.w);
+    } else {
+        acc.x = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.x + bias.x)), acc.x);
+        acc.y = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.y + bias.y)), acc.y);
+        acc.z = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.z + bias.z)), acc.z);
+        acc.w = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.w + bias.w)), acc.w);
+    }
+    return acc;
+}
+// ---- end cake/gate.cuh ----
 
 namespace {
 
@@ -410,19 +471,42 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // dS_end (64 KB, a 128-byte line per thread) into L2 now: phase 3's dgl reads it straight
         // from global memory, and stalled on DRAM latency there (ncu, session 4).
         cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);
-        float4 gv[4];
+        // Gamma, formed as kda_fwd_chunk forms it (the same 8-row groups, order and roundings: the
+        // same bits): thread (c4, w) of warps 0-7 sums rows 8 w .. 8 w + 7 of dims 4 c4 .. 4 c4 + 3
+        // (level 1); the group totals before w come from the 8 lanes of its c4 by shuffles and are
+        // summed in order (level 2). Rows >= L add nothing: they repeat row L - 1.
+        if (tid < 256) {
+            const int c4 = tid >> 3, w = tid & 7, r0 = 8 * w;
+            float4 gv[8];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
-            const int rs = r < L ? r : L - 1;
-            gv[i] = *reinterpret_cast<const float4*>(G + in_base + (long long)rs * tok_stride + 4 * c4);
-        }
+            for (int i = 0; i < 8; ++i) {
+                const int r = r0 + i;
+                gv[i] = r < L ? cake_load_gate4(xin + in_base + (long long)r * tok_stride + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            const float4 none = make_float4(0.f, 0.f, 0.f, 0.f);
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
-            float4 x4 = gv[i];
-            x4.x *= CAKE_LOG2E; x4.y *= CAKE_LOG2E; x4.z *= CAKE_LOG2E; x4.w *= CAKE_LOG2E;
-            *reinterpret_cast<float4*>(gs + fx<128>(r, 4 * c4)) = x4;
+            for (int i = 0; i < 8; ++i) {
+                if (r0 + i < L) acc = cake_gamma_add<0>(acc, gv[i], none, 0.f, 0.f);
+                gv[i] = acc;
+            }
+            float4 off = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+            for (int u = 0; u < 7; ++u) {  // every lane shuffles (full mask); lane w adds u < w
+                const float4 tu = make_float4(__shfl_sync(0xffffffffu, acc.x, u, 8), __shfl_sync(0xffffffffu, acc.y, u, 8),
+                                              __shfl_sync(0xffffffffu, acc.z, u, 8), __shfl_sync(0xffffffffu, acc.w, u, 8));
+                if (u < w) {
+                    off.x = __fadd_rn(off.x, tu.x); off.y = __fadd_rn(off.y, tu.y);
+                    off.z = __fadd_rn(off.z, tu.z); off.w = __fadd_rn(off.w, tu.w);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                const float4 G = make_float4(__fadd_rn(off.x, gv[i].x), __fadd_rn(off.y, gv[i].y),
+                                             __fadd_rn(off.z, gv[i].z), __fadd_rn(off.w, gv[i].w));
+                *reinterpret_cast<float4*>(gs + fx<128>(r0 + i, 4 * c4)) =
+                    make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
+            }
         }
         if (tid < 64) {
             float b = 0.f;

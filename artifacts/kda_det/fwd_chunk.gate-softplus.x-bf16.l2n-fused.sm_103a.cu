@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:9af545d21f3bf2a68fe6b41e8ab0c02e04a22b517162fdb68ec3b932ad0ce680
+// identity: sha256:f5f0c0a6e4a714862470e7e6ec7939c689867dec500353901d0ccaf8ced8bc6b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -147,7 +147,7 @@ __device__ __forceinline__ void cake_store_beta(void* dbeta, long long i, float 
 }
 // ---- end cake/beta.cuh ----
 // ---- begin cake/gate.cuh ----
-// KDA gate activations, shared by the forward gate stage and (later) its backward.
+// KDA gate activations and Gamma's per-row step, shared by the gate stage and the chunk programs.
 
 __device__ __forceinline__ float cake_bf16_bits_to_float(unsigned short bits) {
     return __uint_as_float(((unsigned int)bits) << 16);
@@ -171,22 +171,49 @@ __device__ __forceinline__ float cake_gate_softplus(float x, float a_log, float 
 __device__ __forceinline__ float cake_gate_sigmoid(float x, float a_log, float dt_bias, float lower_bound) {
     return lower_bound * cake_sigmoid(expf(a_log) * (x + dt_bias));
 }
-// ---- end cake/gate.cuh ----
 
-namespace {
+// Four consecutive gate inputs (dims 4c..4c+3 of one token) as fp32, from fp32 or bf16 storage.
+__device__ __forceinline__ float4 cake_load_gate4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
 
-constexpr bool kL2Norm = true;
-
-typedef unsigned short x_t;
-
-// Four consecutive gate inputs (dims 4c..4c+3 of one token) as fp32.
-__device__ __forceinline__ float4 load_x4(const x_t* p) {
+__device__ __forceinline__ float4 cake_load_gate4(const unsigned short* p) {
     const uint2 u = *reinterpret_cast<const uint2*>(p);
     return make_float4(cake_bf16_bits_to_float((unsigned short)(u.x & 0xffffu)),
                        cake_bf16_bits_to_float((unsigned short)(u.x >> 16)),
                        cake_bf16_bits_to_float((unsigned short)(u.y & 0xffffu)),
                        cake_bf16_bits_to_float((unsigned short)(u.y >> 16)));
 }
+
+// Gamma's level 1 (kda_fwd_chunk and kda_bwd_chunk, which must agree to the bit): one row's log
+// gate added to its 8-row group's running sum, four dims at a time. kGate 0: x is the log gate g;
+// 1: -ea softplus(x + bias); 2: lower_bound sigmoid(ea (x + bias)). The raw forms add with one
+// fma, as the gate stage's compiled `acc += cake_gate_*(...)` does; ea = exp(A_log[h]).
+template <int kGate>
+__device__ __forceinline__ float4 cake_gamma_add(float4 acc, float4 x, float4 bias, float ea, float lower_bound) {
+    if (kGate == 0) {
+        acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+    } else if (kGate == 1) {
+        acc.x = __fmaf_rn(-ea, cake_softplus(x.x + bias.x), acc.x);
+        acc.y = __fmaf_rn(-ea, cake_softplus(x.y + bias.y), acc.y);
+        acc.z = __fmaf_rn(-ea, cake_softplus(x.z + bias.z), acc.z);
+        acc.w = __fmaf_rn(-ea, cake_softplus(x.w + bias.w), acc.w);
+    } else {
+        acc.x = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.x + bias.x)), acc.x);
+        acc.y = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.y + bias.y)), acc.y);
+        acc.z = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.z + bias.z)), acc.z);
+        acc.w = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.w + bias.w)), acc.w);
+    }
+    return acc;
+}
+// ---- end cake/gate.cuh ----
+
+namespace {
+
+constexpr bool kL2Norm = true;
+constexpr int kGate = 1;
+
+typedef unsigned short x_t;
 
 // Shared-memory layouts. Every tile is stored unpadded with its 16-byte (fp32) or 8-byte (bf16)
 // columns XOR-swizzled per row; the swizzles below are the ones that make each access pattern of
@@ -295,20 +322,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int r = r0 + i;
-            gv[i] = r < L ? load_x4(x + in_base + (long long)r * tok_stride + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+            gv[i] = r < L ? cake_load_gate4(x + in_base + (long long)r * tok_stride + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         const float4 bias = *reinterpret_cast<const float4*>(dt_bias + h * 128 + 4 * c4);
         const float ea = expf(A_log[h]);
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            float4 p = gv[i];
-            p.x = cake_softplus(p.x + bias.x); p.y = cake_softplus(p.y + bias.y);
-            p.z = cake_softplus(p.z + bias.z); p.w = cake_softplus(p.w + bias.w);
-            if (r0 + i < L) {
-                acc.x = __fmaf_rn(-ea, p.x, acc.x); acc.y = __fmaf_rn(-ea, p.y, acc.y);
-                acc.z = __fmaf_rn(-ea, p.z, acc.z); acc.w = __fmaf_rn(-ea, p.w, acc.w);
-            }
+            if (r0 + i < L) acc = cake_gamma_add<kGate>(acc, gv[i], bias, ea, lower_bound);
             gv[i] = acc;
         }
         // the group totals t_w, in M's tile (free until the qk products)

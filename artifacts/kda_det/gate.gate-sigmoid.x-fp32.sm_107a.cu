@@ -1,9 +1,9 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_107a
-// identity: sha256:730d57a588b05b24c42c5c9b29e62aaa3a78c4354c1bc02fd33508c2bdc74355
+// identity: sha256:98e10fd4e02a08eeddd9481cd5dc85fb112e236c8d4c82626ad706aa8db1c8cd
 // ---- begin cake/gate.cuh ----
-// KDA gate activations, shared by the forward gate stage and (later) its backward.
+// KDA gate activations and Gamma's per-row step, shared by the gate stage and the chunk programs.
 
 __device__ __forceinline__ float cake_bf16_bits_to_float(unsigned short bits) {
     return __uint_as_float(((unsigned int)bits) << 16);
@@ -26,6 +26,41 @@ __device__ __forceinline__ float cake_gate_softplus(float x, float a_log, float 
 // g = lower_bound * sigmoid(exp(A_log) * (x + dt_bias)), with -5 <= lower_bound < 0
 __device__ __forceinline__ float cake_gate_sigmoid(float x, float a_log, float dt_bias, float lower_bound) {
     return lower_bound * cake_sigmoid(expf(a_log) * (x + dt_bias));
+}
+
+// Four consecutive gate inputs (dims 4c..4c+3 of one token) as fp32, from fp32 or bf16 storage.
+__device__ __forceinline__ float4 cake_load_gate4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
+
+__device__ __forceinline__ float4 cake_load_gate4(const unsigned short* p) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    return make_float4(cake_bf16_bits_to_float((unsigned short)(u.x & 0xffffu)),
+                       cake_bf16_bits_to_float((unsigned short)(u.x >> 16)),
+                       cake_bf16_bits_to_float((unsigned short)(u.y & 0xffffu)),
+                       cake_bf16_bits_to_float((unsigned short)(u.y >> 16)));
+}
+
+// Gamma's level 1 (kda_fwd_chunk and kda_bwd_chunk, which must agree to the bit): one row's log
+// gate added to its 8-row group's running sum, four dims at a time. kGate 0: x is the log gate g;
+// 1: -ea softplus(x + bias); 2: lower_bound sigmoid(ea (x + bias)). The raw forms add with one
+// fma, as the gate stage's compiled `acc += cake_gate_*(...)` does; ea = exp(A_log[h]).
+template <int kGate>
+__device__ __forceinline__ float4 cake_gamma_add(float4 acc, float4 x, float4 bias, float ea, float lower_bound) {
+    if (kGate == 0) {
+        acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
+    } else if (kGate == 1) {
+        acc.x = __fmaf_rn(-ea, cake_softplus(x.x + bias.x), acc.x);
+        acc.y = __fmaf_rn(-ea, cake_softplus(x.y + bias.y), acc.y);
+        acc.z = __fmaf_rn(-ea, cake_softplus(x.z + bias.z), acc.z);
+        acc.w = __fmaf_rn(-ea, cake_softplus(x.w + bias.w), acc.w);
+    } else {
+        acc.x = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.x + bias.x)), acc.x);
+        acc.y = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.y + bias.y)), acc.y);
+        acc.z = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.z + bias.z)), acc.z);
+        acc.w = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.w + bias.w)), acc.w);
+    }
+    return acc;
 }
 // ---- end cake/gate.cuh ----
 

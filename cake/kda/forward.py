@@ -148,7 +148,7 @@ def _static(  # noqa: PLR0913
         ("Qg", (NC, H, CHUNK, K)),
         ("Kd", (NC, H, K, CHUNK)),  # transposed: the state pass reads Kd^T rows
         ("gl", (NC, H, K)),
-        ("G", kept((T, H, K))),
+        ("G", kept((T, H, K)) if config.gate is not GateForm.g else None),  # g: bwd_chunk forms Γ
         ("TA", kept((NC, H, CHUNK, CHUNK))),  # T, and Akk turned above it: one tile
         ("states", kept((NC, H, K, V))),
         ("R", kept((NC, H, 2 * CHUNK)) if fused else None),
@@ -169,7 +169,7 @@ def forward(  # noqa: ANN201
 ):  # noqa: ANN001
     """Launch the forward; returns (o, final state or None, saved or None). With keep, saved (a
     Carved workspace: `saved.ptr(name)` for launches, `saved[name]` a tensor view) holds what the
-    backward reads: G (Γ), Aqk, W, Qg, Kd, gl, TA (the chunk solve's T on and below the diagonal,
+    backward reads: G (Γ, raw gates only), Aqk, W, Qg, Kd, gl, TA (the chunk solve's T on and below the diagonal,
     Akk turned by 180 degrees above it), R (the L2 norms' reciprocals, fused L2 norm only), the state at each
     chunk's start ("states") and the segments' transitions ("M", split calls only).
     Without want_o (the backward's replay: keep only) the state pass is the program without O,
