@@ -194,7 +194,9 @@ def fwd_chunk_gamma(inp, config, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN0
     """kda_fwd_chunk's G_out for the g form, from one launch with buffers of its own."""
     T, H, K = x.shape
     layout = layout_for(config.cu_seqlens, x.device)
-    st = forward_module._static(forward_module.default_loader(), config, H, T, x.dtype, x.device, True, True)
+    st = forward_module._static(
+        forward_module.default_loader(), config, H, T, x.dtype, x.device, True, True
+    )
     NC = layout.n_chunks
     f32 = lambda *shape: torch.empty(shape, dtype=torch.float32)  # noqa: E731
     G = f32(T, H, K)
