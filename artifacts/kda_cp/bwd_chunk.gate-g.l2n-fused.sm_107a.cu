@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:09c22a569824965e64b4f2710ddce6edd12349cbc4564adc0225c9c683e7a948
+// identity: sha256:b50b7db40eff428fc22be1ed5334d44cfb130be0162e61ca927352213e135bad
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -433,7 +433,19 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
+    // For gate = g a group before them brings g's rows < L into G's tile, where Gamma is then
+    // formed in place while the others land.
     {
+        if (tid < 256) {  // thread (c4, w): rows 8 w .. 8 w + 7, dims 4 c4 .. 4 c4 + 3 (below)
+            const int c4 = tid >> 3, r0 = 8 * (tid & 7);
+#pragma unroll 1
+            for (int i = 0; i < 8; ++i) {  // rows >= L: zeros (never read)
+                const bool ok = r0 + i < L;
+                cake_cp_async16(gs + fx<128>(r0 + i, 4 * c4),
+                                xin + in_base + (ok ? (long long)(r0 + i) * tok_stride + 4 * c4 : 0), ok ? 16 : 0);
+            }
+        }
+        cake_cp_async_commit();
         // The cp.async issue loops stay rolled (phase 0 waits on memory, not on issue): unrolled,
         // they were ~500 of the program's ~7 000 SASS instructions that run, and the whole
         // program's hot code has to stay within the SM's instruction cache (docs/kernel-notes.md,
@@ -472,27 +484,28 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // from global memory, and stalled on DRAM latency there (ncu, session 4).
         cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);
         // Gamma, formed as kda_fwd_chunk forms it (the same 8-row groups, order and roundings: the
-        // same bits): thread (c4, w) of warps 0-7 sums rows 8 w .. 8 w + 7 of dims 4 c4 .. 4 c4 + 3
-        // (level 1); the group totals before w come from the 8 lanes of its c4 by shuffles and are
-        // summed in order (level 2). Rows >= L add nothing: they repeat row L - 1.
-        if (tid < 256) {
-            const int c4 = tid >> 3, w = tid & 7, r0 = 8 * w;
-            float4 gv[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const int r = r0 + i;
-                gv[i] = r < L ? cake_load_gate4(xin + in_base + (long long)r * tok_stride + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+        // same bits), in place over the g rows this thread copied: thread (c4, w) of warps 0-7
+        // sums rows 8 w .. 8 w + 7 of dims 4 c4 .. 4 c4 + 3 in order (level 1); the group totals
+        // before w come from the 8 lanes of its c4 by shuffles and are summed in order (level 2).
+        // Rows >= L add nothing: they repeat row L - 1. The loops stay rolled: unrolled, the
+        // program grew by 264 SASS instructions and ran 8 % slower (docs/notes.md, session 16).
+        cake_cp_async_wait<2>();  // this thread's own g rows
+        {
+            const int c4 = (tid >> 3) & 31, w = tid & 7, r0 = 8 * w;
             const float4 none = make_float4(0.f, 0.f, 0.f, 0.f);
-            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                if (r0 + i < L) acc = cake_gamma_add<0>(acc, gv[i], none, 0.f, 0.f);
-                gv[i] = acc;
-            }
-            float4 off = make_float4(0.f, 0.f, 0.f, 0.f);
+            float4 acc = none;
+            if (tid < 256) {
 #pragma unroll 1
-            for (int u = 0; u < 7; ++u) {  // every lane shuffles (full mask); lane w adds u < w
+                for (int i = 0; i < 8; ++i) {
+                    float4* p = reinterpret_cast<float4*>(gs + fx<128>(r0 + i, 4 * c4));
+                    if (r0 + i < L) acc = cake_gamma_add<0>(acc, *p, none, 0.f, 0.f);
+                    *p = acc;
+                }
+            }
+            // every thread shuffles (converged, full mask: threads >= 256 carry zeros); lane w adds u < w
+            float4 off = none;
+#pragma unroll 1
+            for (int u = 0; u < 7; ++u) {
                 const float4 tu = make_float4(__shfl_sync(0xffffffffu, acc.x, u, 8), __shfl_sync(0xffffffffu, acc.y, u, 8),
                                               __shfl_sync(0xffffffffu, acc.z, u, 8), __shfl_sync(0xffffffffu, acc.w, u, 8));
                 if (u < w) {
@@ -500,12 +513,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     off.z = __fadd_rn(off.z, tu.z); off.w = __fadd_rn(off.w, tu.w);
                 }
             }
-#pragma unroll
+            if (tid < 256) {
+#pragma unroll 1
             for (int i = 0; i < 8; ++i) {
-                const float4 G = make_float4(__fadd_rn(off.x, gv[i].x), __fadd_rn(off.y, gv[i].y),
-                                             __fadd_rn(off.z, gv[i].z), __fadd_rn(off.w, gv[i].w));
-                *reinterpret_cast<float4*>(gs + fx<128>(r0 + i, 4 * c4)) =
-                    make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
+                float4* p = reinterpret_cast<float4*>(gs + fx<128>(r0 + i, 4 * c4));
+                const float4 l = *p;
+                const float4 G = make_float4(__fadd_rn(off.x, l.x), __fadd_rn(off.y, l.y),
+                                             __fadd_rn(off.z, l.z), __fadd_rn(off.w, l.w));
+                *p = make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
+            }
             }
         }
         if (tid < 64) {

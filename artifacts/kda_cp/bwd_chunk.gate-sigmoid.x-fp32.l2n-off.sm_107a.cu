@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:28510684dc2954e3bb6ebab4c87eecd3fa889108b9a5c4676045f5c26c196528
+// identity: sha256:a0c0a9ae3553d86729cf1247681a4339b53bbbc008700dcdbb2ac4d573d82d80
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -433,6 +433,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
+    // For gate = g a group before them brings g's rows < L into G's tile, where Gamma is then
+    // formed in place while the others land.
     {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:dd819fd7c1633b1edb596bf109c8e5b896028950f963fdb45b9254d3afb38fbc
+// identity: sha256:c73943b2e4411b710592892e30f9765cc7e9480a5a891b3865ee8b45a55de1b8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -433,6 +433,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
+    // For gate = g a group before them brings g's rows < L into G's tile, where Gamma is then
+    // formed in place while the others land.
     {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {

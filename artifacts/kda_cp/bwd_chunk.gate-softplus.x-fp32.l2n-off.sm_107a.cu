@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:ac6ced5a77f5e0aef76dee240710a004ce9284905c7746de6cb053627d764086
+// identity: sha256:061d872811d5c77f49a3d70eeb247e0cc6f8301e09e2d7c1346015a2207ce772
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -433,6 +433,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
+    // For gate = g a group before them brings g's rows < L into G's tile, where Gamma is then
+    // formed in place while the others land.
     {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {

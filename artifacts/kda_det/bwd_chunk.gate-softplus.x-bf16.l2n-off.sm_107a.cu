@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:f3190fa715e348d3f5bf4e0f2fcb28636682c1a31b97b967a5e27bf7538f896c
+// identity: sha256:b7d293ec09dbef803894e2c0c1f419f9430da525718f8ddb5ccd5b2dd60ac12f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -433,6 +433,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
+    // For gate = g a group before them brings g's rows < L into G's tile, where Gamma is then
+    // formed in place while the others land.
     {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
