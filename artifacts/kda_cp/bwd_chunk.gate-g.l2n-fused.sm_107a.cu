@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:b50b7db40eff428fc22be1ed5334d44cfb130be0162e61ca927352213e135bad
+// identity: sha256:87c604896f8b22e3f8ddb5af3c148e0585128b2a5f4228aea84978bb92f7d826
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -488,7 +488,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // sums rows 8 w .. 8 w + 7 of dims 4 c4 .. 4 c4 + 3 in order (level 1); the group totals
         // before w come from the 8 lanes of its c4 by shuffles and are summed in order (level 2).
         // Rows >= L add nothing: they repeat row L - 1. The loops stay rolled: unrolled, the
-        // program grew by 264 SASS instructions and ran 8 % slower (docs/notes.md, session 16).
+        // program grew by 264 SASS instructions and ran 8 % slower (docs/notes.md, session 16);
+        // rolled, +64.
         cake_cp_async_wait<2>();  // this thread's own g rows
         {
             const int c4 = (tid >> 3) & 31, w = tid & 7, r0 = 8 * w;

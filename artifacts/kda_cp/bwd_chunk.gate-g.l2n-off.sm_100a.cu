@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:7dde9021ea2fe2dbe2caacc8186e281eadf2ac9d943b53e1b86155885d5cd865
+// identity: sha256:876182273ef1ba1408b640af0e0e159fc6c720217c99bfb16052fff2bffb1a87
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -484,7 +484,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // sums rows 8 w .. 8 w + 7 of dims 4 c4 .. 4 c4 + 3 in order (level 1); the group totals
         // before w come from the 8 lanes of its c4 by shuffles and are summed in order (level 2).
         // Rows >= L add nothing: they repeat row L - 1. The loops stay rolled: unrolled, the
-        // program grew by 264 SASS instructions and ran 8 % slower (docs/notes.md, session 16).
+        // program grew by 264 SASS instructions and ran 8 % slower (docs/notes.md, session 16);
+        // rolled, +64.
         cake_cp_async_wait<2>();  // this thread's own g rows
         {
             const int c4 = (tid >> 3) & 31, w = tid & 7, r0 = 8 * w;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:36e181d4be2379041b8e0aaa4deb9807c3785c346590fb5ff5b1029d0c8af5ce
+// identity: sha256:6d3df011d76617ce1dd29bddbd02a79e54a6b80d1e914846c7c8d24918081019
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -484,7 +484,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // sums rows 8 w .. 8 w + 7 of dims 4 c4 .. 4 c4 + 3 in order (level 1); the group totals
         // before w come from the 8 lanes of its c4 by shuffles and are summed in order (level 2).
         // Rows >= L add nothing: they repeat row L - 1. The loops stay rolled: unrolled, the
-        // program grew by 264 SASS instructions and ran 8 % slower (docs/notes.md, session 16).
+        // program grew by 264 SASS instructions and ran 8 % slower (docs/notes.md, session 16);
+        // rolled, +64.
         cake_cp_async_wait<2>();  // this thread's own g rows
         {
             const int c4 = (tid >> 3) & 31, w = tid & 7, r0 = 8 * w;

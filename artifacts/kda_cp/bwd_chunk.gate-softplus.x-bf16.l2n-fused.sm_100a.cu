@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:377031134335d33c56cb79db548ce431aca75bfa5ed9c1a8acaf749d5fd17d37
+// identity: sha256:6a1cfe058912a09a850e457e0131c14393d5b474e992cf0ba25c57844d6556ea
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

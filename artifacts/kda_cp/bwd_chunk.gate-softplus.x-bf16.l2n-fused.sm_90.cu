@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:76e007aba696d4da1d954b08006414db0fe3affc7b398f7a8071bfe2e80a1728
+// identity: sha256:18fa2fb16a3b209826d6f60571097730a12ac25eef7891c2ddd3985d029c5417
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

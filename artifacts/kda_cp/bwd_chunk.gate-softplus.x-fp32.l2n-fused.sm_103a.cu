@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:f948ca701c5b1ffa64ea8d32e37a80f08068ed4f3ec6cbe7a41bfb5f22550841
+// identity: sha256:a17ea0f2a76085200b64584c2b06aabcd0127ff38c9022f38ef7a5a1a9ce8c1b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:6962d75166c929ebf4401460083d3891c7cd4609651ce3669d87d190a4c10c90
+// identity: sha256:112db9bb04cbe62b288978ecc93e623ac30f383b74e5ba41a4169b7e31d24a40
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -681,23 +681,6 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const int d = tid - 128;
             gl[ws * 128 + d] = cake_ex2(gs[at_gam(L - 1, d >> 2) + (d & 3)]);
         }
-        if (TA_out != nullptr) {  // TA above the diagonal: Akk (M's strictly lower part) rotated
-            float* ta = TA_out + ws * 4096;
-            for (int idx = tid - 64; idx < 64 * 16; idx += 192) {
-                const int r = idx >> 4, c4 = idx & 15;
-                if (4 * c4 >= r) continue;  // no entry below the diagonal
-                const float4 y = ld4_f32(Ms, at_sq(r, c4));
-                // Akk[r][4 c4 + e] -> TA[63 - r][63 - 4 c4 - e]: the float4 reversed
-                float* p = ta + (63 - r) * 64 + 60 - 4 * c4;
-                if (4 * c4 + 3 < r) {
-                    *reinterpret_cast<float4*>(p) = make_float4(y.w, y.z, y.y, y.x);
-                } else {  // the float4 the diagonal crosses: its entries below it
-                    p[3] = y.x;
-                    if (4 * c4 + 1 < r) p[2] = y.y;
-                    if (4 * c4 + 2 < r) p[1] = y.z;
-                }
-            }
-        }
     }
     __syncthreads();
     if (warp < 2) {
@@ -818,21 +801,18 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(x.z, x.w);
             }
     }
-    if (TA_out != nullptr) {  // TA on and below the diagonal: T (its unit diagonal included)
+    if (TA_out != nullptr) {  // T on and below the diagonal, Akk (M's strictly lower part) turned above it
         float* ta = TA_out + ws * 4096;
 #pragma unroll 1
         for (int idx = tid; idx < 64 * 16; idx += 256) {
             const int r = idx >> 4, c4 = idx & 15;
-            if (4 * c4 > r) continue;  // wholly above the diagonal: written with the inverses
-            const float4 y = ld4_f32(As, at_sq(r, c4));
-            float* p = ta + r * 64 + 4 * c4;
-            if (4 * c4 + 3 <= r) {
-                *reinterpret_cast<float4*>(p) = y;
-            } else {  // the float4 the diagonal crosses: its entries on or below it
-                p[0] = y.x;
-                if (4 * c4 + 1 <= r) p[1] = y.y;
-                if (4 * c4 + 2 <= r) p[2] = y.z;
-            }
+            // TA[r][4 c4 + e] = Akk[63 - r][63 - 4 c4 - e] above the diagonal: M's float4 at
+            // (63 - r, 15 - c4), reversed
+            const float4 a = 4 * c4 <= r ? ld4_f32(As, at_sq(r, c4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 m = 4 * c4 + 3 > r ? ld4_f32(Ms, at_sq(63 - r, 15 - c4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float4 y = make_float4(4 * c4 <= r ? a.x : m.w, 4 * c4 + 1 <= r ? a.y : m.z,
+                                         4 * c4 + 2 <= r ? a.z : m.y, 4 * c4 + 3 <= r ? a.w : m.x);
+            *reinterpret_cast<float4*>(ta + r * 64 + 4 * c4) = y;
         }
     }
 }
