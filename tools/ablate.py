@@ -115,7 +115,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
         # one phase each: its share of the block's serial path
         "nocumsum": [  # both levels of Gamma's sums
-            ("if (r0 + i < L) {", "if (false) {"),
+            ("if (r0 + i < L) acc = cake_gamma_add", "if (false) acc = cake_gamma_add"),
             ("for (int v = 0; v < warp; ++v) {", "for (int v = 0; v < 0; ++v) {"),
         ],
         "noqk": [("if (nt > 0) qk_tiles(bi, bj0, nt);", "(void)nt;")],
