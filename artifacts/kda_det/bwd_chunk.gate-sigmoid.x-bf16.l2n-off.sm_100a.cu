@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:9d003a0d5c7e9fcbc18d31edb4bbfc8d0931ed96e983399dd64ce899a5fe1ee0
+// identity: sha256:8d5c47620809669e911a7dcbed45e3cce7c231ac70e605b34d051d9c26bd5687
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -381,6 +381,7 @@ constexpr float kFastSpan = 96.f;
 
 }  // namespace
 
+
 extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
     const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,
@@ -433,8 +434,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
-    // For gate = g a group before them brings g's rows < L into G's tile, where Gamma is then
-    // formed in place while the others land.
+    // For gate = g a group before them brings g's rows < L into G's tile, where warps 8-15 form
+    // Gamma in place during phase 2.
     {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
