@@ -156,19 +156,21 @@ def test_chunk_kda_autograd_on_cpu(loader):
 
 @needs_cxx
 @pytest.mark.parametrize(
-    "form,x_dtype",
+    "form,x_dtype,l2n",
     [
-        (GateForm.sigmoid, torch.float32),
-        pytest.param(GateForm.g, torch.float32, marks=pytest.mark.slow),
-        pytest.param(GateForm.softplus, torch.bfloat16, marks=pytest.mark.slow),
+        (GateForm.sigmoid, torch.float32, False),
+        pytest.param(GateForm.g, torch.float32, False, marks=pytest.mark.slow),
+        (GateForm.g, torch.float32, True),  # kda_bwd_chunk forms Γ: the forward keeps no G
+        pytest.param(GateForm.softplus, torch.bfloat16, False, marks=pytest.mark.slow),
     ],
-    ids=["sigmoid-fp32", "g", "softplus-bf16"],
+    ids=["sigmoid-fp32", "g", "g-fused", "softplus-bf16"],
 )
-def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, loader):
+def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, l2n, loader):
     """stages.gate_cumsum against float64, and bitwise equal to the Γ that fwd_chunk computes."""
     from test_kda_gate_gpu import reference
 
     kw = dict(regime="mixed") if form is GateForm.g else dict(gate="raw", gate_dtype=x_dtype)
+    kw["l2norm_in_kernel"] = l2n
     if form is GateForm.sigmoid:
         kw["lower_bound"] = -5.0
     inp, _, _ = case_inputs(kw)
@@ -181,13 +183,14 @@ def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, loader):
             x, layout, form, A_log=inp.A_log, dt_bias=inp.dt_bias, lower_bound=config.lower_bound
         )
         saved = forward_module.forward(*args, config, keep=True)[2]
-        # the forward keeps G for the raw gates only (kda_bwd_chunk forms Γ from g itself), so the
-        # g form's Γ is read from a launch of kda_fwd_chunk with a G_out of its own
-        fwd_G = saved["G"] if form is not GateForm.g else fwd_chunk_gamma(inp, config, x)
+        # where kda_bwd_chunk forms Γ from g itself the forward keeps no G: fwd_chunk's Γ is then
+        # read from a launch of it with a G_out of its own
+        own = forward_module.bwd_forms_gamma(config)
+        fwd_G = fwd_chunk_gamma(inp, config, x) if own else saved["G"]
     ref = reference(x, config.cu_seqlens, form, inp.A_log, inp.dt_bias, config.lower_bound)
     assert rel_l2(G, ref) <= 1e-5
     assert torch.equal(G, fwd_G)
-    assert (saved["G"] is None) == (form is GateForm.g)
+    assert (saved["G"] is None) == own
 
 
 def fwd_chunk_gamma(inp, config, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:35302c6085fa7bec469575d24d6db4b3115ace5f7a5c3613553849f46dd1018c
+// identity: sha256:9586e2cd5486a6e5d30c60817bafb3e4649f0cd4bd4c54de2e4d1c0b49fcfd94
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -471,8 +471,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
-    // For gate = g a group before them brings g's rows < L into G's tile, where warps 8-15 form
-    // Gamma in place during phase 2.
+    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
+    // where warps 8-15 form Gamma in place during phase 2.
     {
         if (tid >= 256) {  // thread (c4, w): rows 8 w .. 8 w + 7, dims 4 c4 .. 4 c4 + 3 (gamma_in_place)
             const int c4 = (tid - 256) >> 3, r0 = 8 * (tid & 7);

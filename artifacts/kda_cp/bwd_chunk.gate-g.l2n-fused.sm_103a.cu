@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:37fb58d21fca79cd84e8be2dd251dd57fc2f3de9d73cf6d6d5f5aad9225cd794
+// identity: sha256:a151337fa1f99bc27050a22c93d6fb51cc225c969f4767380e83896d8c6f0c70
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -471,8 +471,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
-    // For gate = g a group before them brings g's rows < L into G's tile, where warps 8-15 form
-    // Gamma in place during phase 2.
+    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
+    // where warps 8-15 form Gamma in place during phase 2.
     {
         if (tid >= 256) {  // thread (c4, w): rows 8 w .. 8 w + 7, dims 4 c4 .. 4 c4 + 3 (gamma_in_place)
             const int c4 = (tid - 256) >> 3, r0 = 8 * (tid & 7);

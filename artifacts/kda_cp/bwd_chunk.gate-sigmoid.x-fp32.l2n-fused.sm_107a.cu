@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a
-// identity: sha256:88032800df8cd1a21a766d76103891c66c82e69a7e88ed5f8f37742de262f49d
+// identity: sha256:a505db11d76599cafb1d3d9534c8663b1fde5ad5c163d4821e112869451a7626
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -434,8 +434,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
-    // For gate = g a group before them brings g's rows < L into G's tile, where warps 8-15 form
-    // Gamma in place during phase 2.
+    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
+    // where warps 8-15 form Gamma in place during phase 2.
     {
         // The cp.async issue loops stay rolled (phase 0 waits on memory, not on issue): unrolled,
         // they were ~500 of the program's ~7 000 SASS instructions that run, and the whole

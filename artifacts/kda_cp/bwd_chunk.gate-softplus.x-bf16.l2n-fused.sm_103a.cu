@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:3f1277d8bafcb879e1b463ed3eba326452d3e2807b151e46104f241185e75435
+// identity: sha256:1cb25343cd3911b78ceeba3b64ec0d9ae1bc386d12b2f1e3103d94a76827ebf2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -434,8 +434,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
-    // For gate = g a group before them brings g's rows < L into G's tile, where warps 8-15 form
-    // Gamma in place during phase 2.
+    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
+    // where warps 8-15 form Gamma in place during phase 2.
     {
         // The cp.async issue loops stay rolled (phase 0 waits on memory, not on issue): unrolled,
         // they were ~500 of the program's ~7 000 SASS instructions that run, and the whole

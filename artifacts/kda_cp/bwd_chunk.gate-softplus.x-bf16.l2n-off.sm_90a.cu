@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:39b779a188d7e8c62d2b4560e373160e6139bdd731748a8f795f06a114dd3128
+// identity: sha256:19e3c5c1e87fa84c3a07be77b1d6b73f618dee45c5576ff27305e096031a9000
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -434,8 +434,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
-    // For gate = g a group before them brings g's rows < L into G's tile, where warps 8-15 form
-    // Gamma in place during phase 2.
+    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
+    // where warps 8-15 form Gamma in place during phase 2.
     {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:4c87ffbd85a870a84bcc896973ec9d7b3aaaa042f428abf69e4277610efbe08e
+// identity: sha256:11f0de0675d5dc19e1b74ea4e16626d12c6819f44d4205f0a80dd23166e37da7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -471,8 +471,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
-    // For gate = g a group before them brings g's rows < L into G's tile, where warps 8-15 form
-    // Gamma in place during phase 2.
+    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
+    // where warps 8-15 form Gamma in place during phase 2.
     {
         if (tid >= 256) {  // thread (c4, w): rows 8 w .. 8 w + 7, dims 4 c4 .. 4 c4 + 3 (gamma_in_place)
             const int c4 = (tid - 256) >> 3, r0 = 8 * (tid & 7);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:b0a1850bf1899a1ee3bac4b42452d1257878ee64293f313ca49f93545bdeca49
+// identity: sha256:56aee1ce91c2f85e502ac857893a79a7de16eb72743ab7b81a02090cf2effc16
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -471,8 +471,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
-    // For gate = g a group before them brings g's rows < L into G's tile, where warps 8-15 form
-    // Gamma in place during phase 2.
+    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
+    // where warps 8-15 form Gamma in place during phase 2.
     {
         if (tid >= 256) {  // thread (c4, w): rows 8 w .. 8 w + 7, dims 4 c4 .. 4 c4 + 3 (gamma_in_place)
             const int c4 = (tid - 256) >> 3, r0 = 8 * (tid & 7);

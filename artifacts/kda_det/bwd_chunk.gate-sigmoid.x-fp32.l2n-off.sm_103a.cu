@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:7e3a5377f09d178b040c03afa3993d8a72d3706191b080c7dedf224b621df7a2
+// identity: sha256:c45083c222be2ed346930cd9d4cea594361b548ddb17243a1f5684bd0e4729c2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -434,8 +434,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
-    // For gate = g a group before them brings g's rows < L into G's tile, where warps 8-15 form
-    // Gamma in place during phase 2.
+    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
+    // where warps 8-15 form Gamma in place during phase 2.
     {
 #pragma unroll
         for (int i = 0; i < 8; ++i) {

@@ -1,15 +1,15 @@
 """The KDA backward as a sequence of program launches (docs/backward-design.md).
 
-    replay (saved is None): fwd_chunk (gate fused, TA_out, G_out for raw gates), fwd_state without O
+    replay (saved is None): fwd_chunk (gate fused, G_out, TA_out), fwd_state without O
                             (fwd_state_local: states_out only)
     then:                   bwd_state (reverse state pass: dS_end, dVn, dh0)
                             bwd_chunk (chunk-parallel gradients + gate / L2-norm / beta epilogue)
                             bwd_reduce (raw gates only: dA_log, ddt_bias in a fixed order)
 
-The saved path passes `saved` = the forward's Aqk, W, Qg, Kd, gl, TA (T and Akk in one tile), R
-(fused L2 norm), G (raw gates) and states_out (fwd_state): bwd_state reads Qg, W, Kd, Aqk, gl;
-bwd_chunk reads TA, R, G and states_out (for gate = g it forms Γ from g as fwd_chunk does: the same
-bits, and the forward writes no G).
+The saved path passes `saved` = the forward's G, Aqk, W, Qg, Kd, gl, TA (T and Akk in one tile), R
+(fused L2 norm) and states_out (fwd_state): bwd_state reads Qg, W, Kd, Aqk, gl; bwd_chunk reads G,
+TA, R and states_out. For gate = g with the fused L2 norm bwd_chunk forms Γ from g as fwd_chunk does
+(the same bits) and the forward keeps no G (forward.bwd_forms_gamma).
 Both paths run the same programs on the same values, so their gradients are bitwise equal.
 """
 
@@ -169,7 +169,7 @@ def backward(  # noqa: ANN201
     dA_part = torch.empty((NC, H), **f32) if raw else None
     dbias_part = torch.empty((NC, H, K), **f32) if raw else None
     st.chunk(
-        (NC, H), q, k, v, do, beta, p("G") if raw else None, g, A, bias,
+        (NC, H), q, k, v, do, beta, p("G"), g, A, bias,  # G: None where bwd_chunk forms Γ
         layout.chunks, p("states"), p("TA"), p("R"), dS_end, dVn,
         dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, beta_flags(config, beta),
         config.scale, config.lower_bound,
