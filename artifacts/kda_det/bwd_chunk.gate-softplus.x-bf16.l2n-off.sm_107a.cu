@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:16974d142f1d495bf979d06d2df82850a78bdfcf08b3cf446f997efe2f83175f
+// identity: sha256:0bc25bdb9a0741a3d1475393342618a76b6a24234e51cd0d85e7cd154d8b1534
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -162,16 +162,6 @@ __device__ __forceinline__ float cake_sigmoid(float x) {
     return 1.f / (1.f + expf(-x));
 }
 
-// g = -exp(A_log) * softplus(x + dt_bias)
-__device__ __forceinline__ float cake_gate_softplus(float x, float a_log, float dt_bias) {
-    return -expf(a_log) * cake_softplus(x + dt_bias);
-}
-
-// g = lower_bound * sigmoid(exp(A_log) * (x + dt_bias)), with -5 <= lower_bound < 0
-__device__ __forceinline__ float cake_gate_sigmoid(float x, float a_log, float dt_bias, float lower_bound) {
-    return lower_bound * cake_sigmoid(expf(a_log) * (x + dt_bias));
-}
-
 // Four consecutive gate inputs (dims 4c..4c+3 of one token) as fp32, from fp32 or bf16 storage.
 __device__ __forceinline__ float4 cake_load_gate4(const float* p) {
     return *reinterpret_cast<const float4*>(p);
@@ -185,26 +175,24 @@ __device__ __forceinline__ float4 cake_load_gate4(const unsigned short* p) {
                        cake_bf16_bits_to_float((unsigned short)(u.y >> 16)));
 }
 
-// Gamma's level 1 (kda_fwd_chunk and kda_bwd_chunk, which must agree to the bit): one row's log
-// gate added to its 8-row group's running sum, four dims at a time. kGate 0: x is the log gate g;
-// 1: -ea softplus(x + bias); 2: lower_bound sigmoid(ea (x + bias)). The raw forms add with one
-// fma, as the gate stage's compiled `acc += cake_gate_*(...)` does; ea = exp(A_log[h]).
+// Gamma's level 1 (the gate stage, kda_fwd_chunk and kda_bwd_chunk, which must agree to the
+// bit): one row's log gate added to its 8-row group's running sum. kGate 0: x is the log gate g;
+// 1: -ea softplus(x + bias); 2: lower_bound sigmoid(ea (x + bias)); ea = exp(A_log[h]). The raw
+// forms add with one explicit fma, so no program's bits depend on its compiler contracting.
+template <int kGate>
+__device__ __forceinline__ float cake_gamma_step(float acc, float x, float bias, float ea, float lower_bound) {
+    if (kGate == 0) return acc + x;
+    if (kGate == 1) return __fmaf_rn(-ea, cake_softplus(x + bias), acc);
+    return __fmaf_rn(lower_bound, cake_sigmoid(ea * (x + bias)), acc);
+}
+
+// The same, four dims at a time.
 template <int kGate>
 __device__ __forceinline__ float4 cake_gamma_add(float4 acc, float4 x, float4 bias, float ea, float lower_bound) {
-    if (kGate == 0) {
-        acc.x += x.x; acc.y += x.y; acc.z += x.z; acc.w += x.w;
-    } else if (kGate == 1) {
-        acc.x = __fmaf_rn(-ea, cake_softplus(x.x + bias.x), acc.x);
-        acc.y = __fmaf_rn(-ea, cake_softplus(x.y + bias.y), acc.y);
-        acc.z = __fmaf_rn(-ea, cake_softplus(x.z + bias.z), acc.z);
-        acc.w = __fmaf_rn(-ea, cake_softplus(x.w + bias.w), acc.w);
-    } else {
-        acc.x = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.x + bias.x)), acc.x);
-        acc.y = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.y + bias.y)), acc.y);
-        acc.z = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.z + bias.z)), acc.z);
-        acc.w = __fmaf_rn(lower_bound, cake_sigmoid(ea * (x.w + bias.w)), acc.w);
-    }
-    return acc;
+    return make_float4(cake_gamma_step<kGate>(acc.x, x.x, bias.x, ea, lower_bound),
+                       cake_gamma_step<kGate>(acc.y, x.y, bias.y, ea, lower_bound),
+                       cake_gamma_step<kGate>(acc.z, x.z, bias.z, ea, lower_bound),
+                       cake_gamma_step<kGate>(acc.w, x.w, bias.w, ea, lower_bound));
 }
 // ---- end cake/gate.cuh ----
 
