@@ -162,8 +162,9 @@ def test_chunk_kda_autograd_on_cpu(loader):
         pytest.param(GateForm.g, torch.float32, False, marks=pytest.mark.slow),
         (GateForm.g, torch.float32, True),  # kda_bwd_chunk forms Γ: the forward keeps no G
         pytest.param(GateForm.softplus, torch.bfloat16, False, marks=pytest.mark.slow),
+        pytest.param(GateForm.softplus, torch.bfloat16, True, marks=pytest.mark.slow),
     ],
-    ids=["sigmoid-fp32", "g", "g-fused", "softplus-bf16"],
+    ids=["sigmoid-fp32", "g", "g-fused", "softplus-bf16", "softplus-bf16-fused"],
 )
 def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, l2n, loader):
     """stages.gate_cumsum against float64, and bitwise equal to the Γ that fwd_chunk computes."""
@@ -194,8 +195,13 @@ def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, l2n, loade
 
 
 def fwd_chunk_gamma(inp, config, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-    """kda_fwd_chunk's G_out for the g form, from one launch with buffers of its own."""
+    """kda_fwd_chunk's G_out, from one launch with buffers of its own."""
     T, H, K = x.shape
+    A_log, dt_bias = (
+        stages_module.raw_gate_params(inp.A_log, inp.dt_bias, H, x.device)
+        if config.gate is not GateForm.g
+        else (None, None)
+    )
     layout = layout_for(config.cu_seqlens, x.device)
     st = forward_module._static(
         forward_module.default_loader(), config, H, T, x.dtype, x.device, True, True
@@ -205,7 +211,7 @@ def fwd_chunk_gamma(inp, config, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN0
     G = f32(T, H, K)
     R = f32(NC, H, 128) if config.l2n is L2Norm.fused else None
     st.chunk(
-        (NC, H), inp.q, inp.k, inp.v, inp.beta, x, None, None, layout.chunks,
+        (NC, H), inp.q, inp.k, inp.v, inp.beta, x, A_log, dt_bias, layout.chunks,
         f32(NC, H, 64, 64), f32(NC, H, 64, K), f32(NC, H, 64, K), f32(NC, H, 64, K),
         f32(NC, H, K, 64), f32(NC, H, K), G, f32(NC, H, 64, 64), R,
         H, forward_module.beta_flags(config, inp.beta), config.scale, float(config.lower_bound),

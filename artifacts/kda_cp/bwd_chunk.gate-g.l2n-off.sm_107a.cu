@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:815159b351f7c69b4e2bbc0453d1b434be8221b5e527d5be891d3d10849edccd
+// identity: sha256:dc75f815f2bccf02d40708e8e42ac5f58ccd43af5351a8c43250232878606b4e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

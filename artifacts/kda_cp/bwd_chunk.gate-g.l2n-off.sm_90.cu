@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:54ce39a6e1e361752573291bc6f9fdb28308e51d2b16da954e3c859aeb2cc5ba
+// identity: sha256:38232be577490ca0458dcc605bcb0922d676a41ab7c858f6d0994378cbe1bbf8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

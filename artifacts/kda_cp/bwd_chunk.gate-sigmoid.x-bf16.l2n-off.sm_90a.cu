@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a
-// identity: sha256:74a98ebb9493eeac09eecd0078057fb15d982fb7b0e4d7b2e94d5f46902df321
+// identity: sha256:7e0edd284419c4c3ff4b0f7bcb6b889fbaee94604534d26385db087d91e39571
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

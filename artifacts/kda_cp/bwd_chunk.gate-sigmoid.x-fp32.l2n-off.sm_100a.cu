@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:ae58347cd34e8a53225a131da5588dc2da6e096f06c86a7ecafcc4e88b3b2a5f
+// identity: sha256:b81d6735749670aac008baffbd1ee94cbe46d9c69ecd58b03d990888ee9f26f5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:d9ebb6e76f2c428c9f3322ca02269116c8ee64a3b9c20a94700540711c27af36
+// identity: sha256:f9afa8a9b27e803cd7e89fef9d86fedbbd27b38d9da8c50cc1a2d3fb9d8f691c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:8b12ad99547549bbc5babab0b64dfb429df9c398ff878494c9359321c42acfb1
+// identity: sha256:c59165124cafd464c4253787b174989191463115ee29fe71b644f79ba8da8502
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:2dd3676207259208912195c8c6d1f77bc174a958327a3abe3b8f673221ae8ac9
+// identity: sha256:35f6b2372a7a9d874c747b6f275a0e913c81eebb9e8754c97f7a9afe2dae6a26
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:c9be150f197a499426025b3d568fddfed4c7bd95c30d313c65eaae36a9674b74
+// identity: sha256:f3165a25dd27d2ffbd87421ac63c4b378e98cb64146dccce4750bf9cd5d5ac2e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

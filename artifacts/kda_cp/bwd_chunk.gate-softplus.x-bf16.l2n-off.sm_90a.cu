@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:9b8613c1c685a9ae00faf5097b78878755a5e5d7d22cf8707ffedc581f3f8adb
+// identity: sha256:381725a62976a299101d619182775f625ae11d8c7afd0221d52f85de12b1cfc8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

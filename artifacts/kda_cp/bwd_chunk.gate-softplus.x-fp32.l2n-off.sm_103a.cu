@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:67810ffe211fc3d619a5fae8d1ff3cb00c35a0f562e63574a22e13657922b01e
+// identity: sha256:9551ff945197ed767f0ee66310dd50cfa36769cede60c843a5f7687d644543f7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

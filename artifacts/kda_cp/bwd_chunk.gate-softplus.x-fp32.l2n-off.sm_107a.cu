@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:20d55db7863ad90940db5f5a224833781bc899e73b7ad9519c4e1d028cb0fb3e
+// identity: sha256:402dfa70140ca12be33eb4e863c6baa6ce42f73adf70d697d3b6bc10156db72f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

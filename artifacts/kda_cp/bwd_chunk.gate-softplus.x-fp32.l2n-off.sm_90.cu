@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:6ac0f92f9a62fb85b79484e07add6df77d63b176f87933bd15606cb1e4cc7357
+// identity: sha256:e983dccc5c50ab8a93399f3beb6b5621d98eb6b9fcca67cb3b59735dc8639535
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

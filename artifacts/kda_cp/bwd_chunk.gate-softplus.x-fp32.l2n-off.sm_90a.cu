@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:bd1890f54383604b1a5521f682c470b5ec2385cf63a255ba155ce54d409bf3e1
+// identity: sha256:b7d5d5678b002972ce95fef014e29a06f0dd2553a1cf23c734fdbbcff63c5e04
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

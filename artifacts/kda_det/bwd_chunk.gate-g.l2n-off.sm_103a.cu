@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:a4cfa79f9edc8b01c64468bc3a2ce0a16008f259d9e975959ac77601cd8c68ba
+// identity: sha256:2b3e6f71368f459f823147d96261abfdece24150be4b0fcfb28f5f49d45c240a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

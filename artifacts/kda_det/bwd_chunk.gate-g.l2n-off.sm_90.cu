@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:ca1492bb7b733aff799bb87bef780a8a5e4f45f24102b7673d5272392aa39ce1
+// identity: sha256:7483a9e58de90c492bcbea6d7977705e82c3723573d57a2d6344ff9fe5900d42
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

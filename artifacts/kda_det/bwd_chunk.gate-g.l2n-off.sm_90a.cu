@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:9669cbe449df52150bcfa388cb3f18eb2000b77f1f5804508ed41c814c8afa92
+// identity: sha256:d5b7e4147f0ad81825649f4cfc3e22e2b447cf55d86c8cb08baa26b202b333f6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a
-// identity: sha256:750573aeada94ad6525718f980dd16d574226a64bb9fc60c9a94155dbf8cd248
+// identity: sha256:447461113ef50fbc9ad9f805139bd438c3024737b615a098fd1dd446bd3c05e5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:7a69437eaeacf64cf3378b3401c8ae4f92d3c9b1e189a3da6cb1881de3c2870f
+// identity: sha256:12091381733db09e1f430f365ab02b18c1134d1808bdae395d17e733ea52a6c4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

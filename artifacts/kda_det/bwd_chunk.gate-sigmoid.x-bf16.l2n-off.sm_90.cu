@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:c5223d98a4c3937380a3117aaa317827d3fc2c0f878bb38330f5a1e4804d5e1a
+// identity: sha256:adcd74c2722884588161acf65a66f3b4eaaab216f7e81a1e9177270b995db5b7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:63ee7269a98bc21408b7a92113f77d41fecdfa7f3d6c69bc03701c4f0ba20a85
+// identity: sha256:e2127c1193ad99116d9c5cb8e635927a033abccc9f6203fc076e950d387c4c9e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

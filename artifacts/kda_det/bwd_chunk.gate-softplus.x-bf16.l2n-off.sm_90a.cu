@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:8084872674afdd550b3e97a2211e9ca1de92155e4781f79cb0d25a232ea3c8a9
+// identity: sha256:19a25e7fe066dc5d07408fea20615be98691b2a4ff718202b2fa3980446d334f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

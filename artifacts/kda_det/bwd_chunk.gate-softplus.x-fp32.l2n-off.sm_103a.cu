@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:928729e6c085692559c0f0b180480d0507b8fc68526ed9f5fea47a2a6893bf72
+// identity: sha256:de068ed22a116ec7e9effc561f1dd629828f7b40f302e14759c2d0985cb01987
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

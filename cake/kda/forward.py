@@ -52,9 +52,9 @@ BETA_SIGMOID, BETA_BF16 = 1, 2  # cake/beta.cuh's CAKE_BETA_SIGMOID, CAKE_BETA_B
 
 
 def bwd_forms_gamma(config: Config) -> bool:
-    """Whether kda_bwd_chunk forms Γ from g itself (its template's own_gamma: gate = g with the fused
-    L2 norm), so that the forward keeps no G for it; every other bwd_chunk program reads G."""
-    return config.gate is GateForm.g and config.l2n is L2Norm.fused
+    """Whether kda_bwd_chunk forms Γ from the gate input itself (its template's own_gamma: the fused
+    L2 norm programs), so that the forward keeps no G for it; the l2n-off programs read G."""
+    return config.l2n is L2Norm.fused
 
 
 def beta_flags(config: Config, beta: torch.Tensor) -> int:
