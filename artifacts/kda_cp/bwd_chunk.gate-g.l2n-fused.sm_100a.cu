@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:4bfde136c2a7cc80e6b5a6e7f7d1bf016ad8315180ae1f2f49e4967dbad2e189
+// identity: sha256:de17120605342b6b79f6f7a87d848bbbf0701ccbe7a0c65b34d3ce02954d5de2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:56ddb44f9dac429c769c6fe82aef26f45a49b91cd7671dee4bcceb26d9ed6ce4
+// identity: sha256:04380757e0c6a37a211de986b82c4fbe961a5d20403819c3b8f18eab3d09d7ad
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

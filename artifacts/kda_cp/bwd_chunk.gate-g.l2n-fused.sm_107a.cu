@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:33de7b2df8eacbe4098979148a668fb18f496eb38ef947fbee1b89e80ee40cd9
+// identity: sha256:9dba7515d64213d6a0fcd27498c7dc332318f2dc6115548e756f21d461ff6cbb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:a903dcc0e3582b3029d71b0ce2e7574a39d942f691f0dc2850d9aad2f0d8569f
+// identity: sha256:61993208f2d475153eca52c9fd5ded6879766d6bf09ab4be1f7d0465d3b0874d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:8fea93193b702f0fab066c79b107fbbcc7774becb1468287e829003c92a8831f
+// identity: sha256:1df50b701474ed3a7b40085ae5c05f568815ed17db5f730ad118aa9e1991c2d0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

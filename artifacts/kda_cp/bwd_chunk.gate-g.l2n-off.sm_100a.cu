@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:6f264e84b06c489c1a87f510abe5df83445664a9045890af3ff465a65f197f86
+// identity: sha256:aad0d6c7558caad0fd4f042ddc1a2cc5350016b5d2d4d25863591f9fbbf15535
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:1113d8e4ed876c6ff3eff55831a7b970c510988a47313782fc6869acd6c53b83
+// identity: sha256:8548578afbbe6cb34ca0a8d5455c7cf00be5647f479a0f8aec96803d7f040c0c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:dc75f815f2bccf02d40708e8e42ac5f58ccd43af5351a8c43250232878606b4e
+// identity: sha256:fb1a2f58df610db79ed33997d5afe0ea5693fe980b24c7d70af9c1b38a406e3e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:38232be577490ca0458dcc605bcb0922d676a41ab7c858f6d0994378cbe1bbf8
+// identity: sha256:bc66ce4e6c3388c284ba3226bf3b6f6402cfe509f320e6a9d494f8308db6b4a3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

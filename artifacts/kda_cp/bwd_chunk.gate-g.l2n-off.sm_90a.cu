@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:9bdcde215fe468dc90af920b484e848b2608fbec8d1bd2fc1ef275c1a47d6009
+// identity: sha256:3f386e8171284e7dc3c99ae5b996b58e1e4d416e289dd35a50cc3cba0a4a1258
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

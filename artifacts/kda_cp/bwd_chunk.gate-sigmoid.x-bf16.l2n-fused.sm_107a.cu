@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a
-// identity: sha256:bca8ce3ddf145af1b31143b4b16a3bef7073156dfe0a773ecca5f9616d594abe
+// identity: sha256:6f47478a1b652b5a51b8240bbec0e19e288e16fdf0075a8697344eb6287e7dce
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:c4275debde8837418e7f27ad3f153e15651e2fc965d3cb07acdd4250e27a12f3
+// identity: sha256:ee8340414b6e0482ed6ef18c6cd8c901ff79f96d9920ddcb11ac090038e47ee8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

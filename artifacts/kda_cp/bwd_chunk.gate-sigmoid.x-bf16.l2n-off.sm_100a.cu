@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:af11723f54eaf50b8d43d6ad3d060fc971e3fecda489d396b2e53627f1e38c58
+// identity: sha256:e2355fc8c63f063ca58a583644d1efd5a2289346c4002434a14e9aba81b8a952
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

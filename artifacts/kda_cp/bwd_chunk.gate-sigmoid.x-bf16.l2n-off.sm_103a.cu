@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a
-// identity: sha256:515b5930bf183b9eb095247fcafa283c155b68c27bd59709961bc05c2f9a09d2
+// identity: sha256:f173bc5054fefb95ab6ce74d6ca537b0513fdd9a4313baa69dfba6aedd28f6ef
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

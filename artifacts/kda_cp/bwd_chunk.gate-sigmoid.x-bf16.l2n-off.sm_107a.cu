@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:bc84027fb1fec04f5b6cbf938d78f7b0aded4894f02f8188c05585f1b944a6da
+// identity: sha256:70e9cb0e92114605d44d9c4a3d36333da540b8d8ea9eb2ee577d80d2a1dadd19
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

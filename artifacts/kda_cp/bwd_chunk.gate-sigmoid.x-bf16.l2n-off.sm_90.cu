@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:aeb4e1d9ea3904512ffc68f5bc9a4c27d99e778ea3131602975c62bcb198df6d
+// identity: sha256:f9e3706e5ce5abd80f10fe7fb6d844e6dda5aae425a28174f1e665d94dcaf5e9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:06b88214a986b66670bf960321b695deebd23d0f2da6fb30d07a8569ff9c967d
+// identity: sha256:82b289d5b5fdaa0ea10a3946b06a803b0148c7b0e67fabc316be0c354a6084eb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

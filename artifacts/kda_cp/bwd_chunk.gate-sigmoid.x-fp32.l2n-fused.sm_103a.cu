@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a
-// identity: sha256:4733eafe034d6659b69567515c8b4aac630cb128f16ffea969b8240bbd5ada78
+// identity: sha256:975ba9009ac0f36654af9a31fe9453efb8b0dd0b534407538e12d2c834bde5f2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

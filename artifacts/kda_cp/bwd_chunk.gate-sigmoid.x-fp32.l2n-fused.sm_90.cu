@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:8d0f731ec7fb3bab7869249016d963a592a7a029fd9af51a2414b486570ba6ec
+// identity: sha256:2fa84a6fe50194b299e878344042e7fdfc96b79dde1a07d2e03bbc7a923ed936
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

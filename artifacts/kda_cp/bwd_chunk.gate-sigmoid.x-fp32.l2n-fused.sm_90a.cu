@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:f21d3cdb1ce6ce0b2ee6b3cb4cecbb2ebd14d62cae6d1e934e104c551a6718ca
+// identity: sha256:1353fb93afbb9f03a38e8a31bc389bdaf0203c12c79b4c202b19e05afe03bbcc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

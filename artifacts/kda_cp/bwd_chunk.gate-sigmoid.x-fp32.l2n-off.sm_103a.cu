@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:f9afa8a9b27e803cd7e89fef9d86fedbbd27b38d9da8c50cc1a2d3fb9d8f691c
+// identity: sha256:ebee55737a1ce5a695bafa3d3a085fdeabb5bf39a11233f6cfc275a946ba122d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:4e07e5292bc3e87849427205bffddae239dea5308a78e63788b5bf738ea5df1f
+// identity: sha256:0de79c2916e6eff5ac9294fec7f68bbeff98db3df18d197033d5530d470fc0a7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

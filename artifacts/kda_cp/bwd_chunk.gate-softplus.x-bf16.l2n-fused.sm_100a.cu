@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:b61d9075664f49f9e3d144ab33da5d4c6efbecd8ad491071fa69517cc7b128bd
+// identity: sha256:c25f9dd10408dac01057968ecde77c6fce1b1f12bd3ba803e9a259132a5233d2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:2be128b334ad31f4b5cc3a3e66c4411eb0d572a0e114af11147ff0462dd08679
+// identity: sha256:142a8eab2e03eebcc3e7ebbcd52b45b7315494cc3303102f2e70894a4caaeb60
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:eac26b18d53d3e75a896d7a503480f77c2606ac56ecdcd24ff9dd536c04d2573
+// identity: sha256:ef5230c71f048f50dd7f806b3c12cf508060c052284f033f3e55d804c02d2edf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:4f158b146ba6cc7adbd1bbcdbc6a07f2d47fa47e0799943de6b8a32543ae7b5c
+// identity: sha256:9be21d3632b116cd1d0c3195c977d6e213c556fe89ef7e636649230efb46741e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:8111acea965b94331505568a618911a3bfc4dd762350b1414d4d33646e0ac86f
+// identity: sha256:c0d670b94ad7cc03a0ea4c549974fdf9b0e922c62840244e172a5fe1bfad7f48
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

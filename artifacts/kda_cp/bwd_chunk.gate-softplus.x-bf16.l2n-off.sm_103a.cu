@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:1335459ae2c4f83e2ef665d7db9cf9b80ed810217271fff92cf88575935f602a
+// identity: sha256:8f069fb2ed5ed99f34d53d0cc3a59ba8dceee3b44318c786a9beeedc9fba1574
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:1225bb015b96689ab33cb51c10b5ecf2d372525db68ca2fe1b74306ac165ad71
+// identity: sha256:99b89d9132321a36c3d6e56090369aa04039d1a7a4510fddb404d8ad6ee1e990
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

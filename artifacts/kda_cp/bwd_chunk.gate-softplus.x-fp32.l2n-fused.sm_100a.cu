@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:67234812382e63b8ef1dea0152d595706c650735edde2f3260e1ae0f9bb3830f
+// identity: sha256:3e57887c1a7eb0ea408a36b96ad066ce7799f5b9902c56ae41eef7f360bfb614
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

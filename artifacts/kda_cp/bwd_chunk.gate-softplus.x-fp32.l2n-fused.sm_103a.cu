@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:424f59c29175f36d552e5563aea7dc17b7859c775abbd32b0ed0792c4497937d
+// identity: sha256:56d671fb186fcd2c9bca273e62eca24b88a3cea0bf707c51ec45780ec6a88ace
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

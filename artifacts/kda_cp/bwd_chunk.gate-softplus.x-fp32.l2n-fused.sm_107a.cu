@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:821aad4a92d1c995a36a5d9aac481a3c97fd8daa994509878eeee50cdfeeb15d
+// identity: sha256:0899d8bfcc41309846200813b983016d7c17d74865465bc12f7a661735f705d1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:990c45c20db9096f475c268773644905e255ff977b7fda0cb8b307dbf61971ee
+// identity: sha256:37a7f52acbf38a954435af9322b02ef5eff429602fda4d5049f47b712f24185c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

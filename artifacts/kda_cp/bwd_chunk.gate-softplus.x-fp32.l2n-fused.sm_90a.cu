@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:f44e095629e70f6399ed32a25f63ce0341ac19bcdbad46e734dbf39380d1ed33
+// identity: sha256:b6168a8bf28c8adc395c772e250402d74ed39cbf142031784c3f0b0b6ca83232
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

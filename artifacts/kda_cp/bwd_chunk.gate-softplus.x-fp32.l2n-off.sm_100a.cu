@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:2c9f7a67c475c8a52c10e574dcc316941bb7379ce5a8f9d127d2c38710fe8887
+// identity: sha256:e9793c60224939c6476ab61ad2b84a1f2bbd4135a656277365afcad98e7bcb44
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:9551ff945197ed767f0ee66310dd50cfa36769cede60c843a5f7687d644543f7
+// identity: sha256:941ce624cb96d8d016b7816097a05213ea9fee0b4969f459840f934862187eaa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

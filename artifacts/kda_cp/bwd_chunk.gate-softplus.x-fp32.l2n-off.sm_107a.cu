@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:402dfa70140ca12be33eb4e863c6baa6ce42f73adf70d697d3b6bc10156db72f
+// identity: sha256:d54b0e2ffcacc29f9f5809ae5858533197de07b6812999f4a413ced7617b746a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:e983dccc5c50ab8a93399f3beb6b5621d98eb6b9fcca67cb3b59735dc8639535
+// identity: sha256:1a8b154c578e6de76e95bd9826d63b929722f16593656bcd884766654ede5ff4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

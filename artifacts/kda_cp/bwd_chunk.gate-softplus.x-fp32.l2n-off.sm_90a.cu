@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:b7d5d5678b002972ce95fef014e29a06f0dd2553a1cf23c734fdbbcff63c5e04
+// identity: sha256:89118094eb1d470adfd6e111167328d316e87a7063d2516392f87c576f1369dc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

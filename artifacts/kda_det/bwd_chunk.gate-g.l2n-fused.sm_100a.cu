@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:6aef7310c3cec2b54452976bd998dd9fa31e0ba992709b2f543d421c48dbc54c
+// identity: sha256:53b653a95ead87ded99a843d6a7d8f4f73730ea4aa434a34e19b873f83b50d71
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:002cc8cfaf70f398c2068d3c9e7338c3298bfea53cfb9ee0876900286c17719c
+// identity: sha256:98fec3452ddde47406dcbf64e1be805d047eb6c6808ab303dc3ebb03467ce95f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:26303da28f416b42a08f781df663acdd34cee4e7183ae73315f47ac75c26715f
+// identity: sha256:79a6f503901eea219168b7f09f9b13674f08870fb9e40978e740694def2db781
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

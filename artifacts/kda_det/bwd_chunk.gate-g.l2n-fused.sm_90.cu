@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:01a3d855dcc048b3925d6a6d9e508b43d351e7ab713711f21923b04f53c02830
+// identity: sha256:a83edc8a4167256c6fc0c959cf87a9848c1436bb08c207c2287ab899fd1b9549
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

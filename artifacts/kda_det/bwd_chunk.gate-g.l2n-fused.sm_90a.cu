@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:c068abaa600665de192df531e211ba26614575ab2997ef1f90881dbbdda077a4
+// identity: sha256:c587bffe0bf07dd8c3279ac8600658681c6ab6d476b94b9b13b30bbe6c304f2c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

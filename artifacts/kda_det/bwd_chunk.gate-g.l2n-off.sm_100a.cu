@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:8faadfa810b997771ffab56cd9eb6d7203d35cb23b836b8f6856a364af3393ce
+// identity: sha256:b52a81f968dd1f07ebb7b3eaaea5ab467e65d10d0edd99e6e0314975259b9cf1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:2b3e6f71368f459f823147d96261abfdece24150be4b0fcfb28f5f49d45c240a
+// identity: sha256:aef645d20dee7023b92d318edfe16ebc7e3ac4b6202bab18cc9fc5ac374c5270
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:5067abc7e7cff5c7417f4cfbf6b57ef6224aa52dac29419038af1d2513e0d1b3
+// identity: sha256:f84a89835f6371b31171ee75c0a71479b8f17f0b41eaf80dc5bf0ae8064196ba
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

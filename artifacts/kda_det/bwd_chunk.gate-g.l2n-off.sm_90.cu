@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:7483a9e58de90c492bcbea6d7977705e82c3723573d57a2d6344ff9fe5900d42
+// identity: sha256:848b1cc481bcaa599fe1799dc2152e2c9f569cfc60c466445e2d3c49e349dea1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

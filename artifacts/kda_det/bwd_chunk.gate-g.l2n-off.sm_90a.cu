@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:d5b7e4147f0ad81825649f4cfc3e22e2b447cf55d86c8cb08baa26b202b333f6
+// identity: sha256:3f64f8ef49d14e02b805eb55dc324978487dea12b79754d626cb5539691de06b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a
-// identity: sha256:cfb70607aa404ee846d9d2755c8a401aeeb4c09c531e343459d54882d4bf27b6
+// identity: sha256:5f1fe3c56ccb7679ef69b0aa92642defcbcca8e962503931fd3897f4d58ef50b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

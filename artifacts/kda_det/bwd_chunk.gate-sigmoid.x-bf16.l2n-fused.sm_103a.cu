@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a
-// identity: sha256:733fab67c514f1fc84cb4b7522c1466db50785ec0955b720722b0b4dc4da8339
+// identity: sha256:5777cc26e194ea3f362bce3189a985a40d5552a672546da70fa6a3f108b9ef45
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

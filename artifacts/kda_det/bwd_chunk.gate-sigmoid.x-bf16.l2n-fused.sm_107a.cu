@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a
-// identity: sha256:0d7ed6a0d882c99f74b733179e9346b61ef981fdb7bed55ba1fc0965bbcb1e98
+// identity: sha256:9760ffb389944c9201d4d5680e39cc7ace116c0d8aac1b47606804d58c6f994f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:3e497645685c4cdd60e9cbe5ee5ca48c630d91597298f6e3ec4c8a17894bc36b
+// identity: sha256:aeddf3e9773669004d5dee4f0751fab9b7a4a7dd4693456b2b5259be8bc6d3e2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:c52b8d70f6c819f21a6d5a3508ee8327d266ac12910d2f0e3712624d18ccef1e
+// identity: sha256:60ffdd508fa9bb27def868838c5fac390d180d5f7bd0f48abbf73dce6c263282
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

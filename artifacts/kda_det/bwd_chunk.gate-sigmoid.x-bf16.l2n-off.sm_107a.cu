@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:12091381733db09e1f430f365ab02b18c1134d1808bdae395d17e733ea52a6c4
+// identity: sha256:4b8ce34d1b5bfd83410c3de1e69aab582239cafc2893b61a146440c4aad67719
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

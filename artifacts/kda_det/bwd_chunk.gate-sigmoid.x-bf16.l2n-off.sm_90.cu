@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:adcd74c2722884588161acf65a66f3b4eaaab216f7e81a1e9177270b995db5b7
+// identity: sha256:c57f5cb1fe1da751b8fff694815e53315c7210d946332eae0388194594638b61
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

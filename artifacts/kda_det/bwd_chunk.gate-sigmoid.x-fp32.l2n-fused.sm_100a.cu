@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:f941f0de4e043d6a4923a48de2bc966b897dd0a9e203a415ace9d861001eaa04
+// identity: sha256:ff7856d914b29990ab67643dc06664c6cdd4c0e7f857dd6c7ddf07e648ad0d92
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

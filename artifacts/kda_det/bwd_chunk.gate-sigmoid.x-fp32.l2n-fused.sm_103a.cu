@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a
-// identity: sha256:63f13ae2dc8000edbe88c8f9d4b1a8a488f62372b4f97fe07a3f52e94a24ec90
+// identity: sha256:72cdf51299e501660839b6a838e23998481b50d82807e0fa3b62acfbbce72fd2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

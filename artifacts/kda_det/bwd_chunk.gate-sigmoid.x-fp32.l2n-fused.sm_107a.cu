@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a
-// identity: sha256:6f00abe1fad52a2c0504ee4063fe6b5f60eb6cc67224ea6e98906b37737ec9b4
+// identity: sha256:ed482bb8e34f502c86ead4a3effa096d4e2b19db6d838601042e7040a2e2925d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:d1c78f334c3a15f3032084f59222a634c80ff65c63533319ce9d60d195156860
+// identity: sha256:fd9d70de8ba071693ef4cf3271e45679890508cf36dbf5865f4202d3a83e75c5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

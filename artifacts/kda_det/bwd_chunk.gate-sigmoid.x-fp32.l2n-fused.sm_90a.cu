@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:fba7df27c716e220a4f5c984de8adadc5caeb69f1e358ec3a0442c633a8df860
+// identity: sha256:c9245e53111296038dc3f6290fbf4b171be26cafc23175064fb729dba45284ee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:7db351bf64927c699cd2c7fa44f514a8a68c96230db86534977099298948e888
+// identity: sha256:aae420189e91a56c2116477da42c2b35eb0b9133359dd04ef496a79e0da094f6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:419059e64630db8b6182734ad047204b10ee4294f0cd7b3a7d7030d9add04c34
+// identity: sha256:ee3db56f02c0dd4c2d71eab73694627a4b73a9e86cf3b059e10209159dc1a66d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:7393f6201653ccf3cacb09e21f8a993c37370a1df61f4ccb4ed0a1e26612a8d2
+// identity: sha256:61036d3ada11218d94ccbf883f98d8da3ecd2010be950d247a190badcbd11f29
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

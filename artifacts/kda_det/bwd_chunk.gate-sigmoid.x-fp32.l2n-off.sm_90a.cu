@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:d9b5ba3633b4201143ed8d91dea39e0ca2deae60b0464ec76942ed8d43f04a2f
+// identity: sha256:797499f85fc1c3e6c2c4a3e645a9b6e2ec84f68ba714b0c43c24b8b445bc5815
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

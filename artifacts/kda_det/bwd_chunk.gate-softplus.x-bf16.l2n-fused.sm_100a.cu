@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:36e30638689d0d098af2f0ba4a8cf7809114ca5dc165a5bee0c29b08f234539f
+// identity: sha256:73eb8a5eb6ca64332219e6c95b68d70d8c8ea09ad609d14dac93f7929d4a2ce0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:27230c4f9ebfbf4bb319ad5ae7b9972d9a58f7a552094c5af8b13505d8293d86
+// identity: sha256:733d2007f30d7c15ea495e0ecfa18cfed384dcb9242e358692baa92ea148f640
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

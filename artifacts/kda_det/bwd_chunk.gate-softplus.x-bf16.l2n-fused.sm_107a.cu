@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:f16920a3a8c8162a96ce45807c43f567c1a6c01911320a4eba4b9f145dabf0c4
+// identity: sha256:19c7adee85b20b8849dd604e6a5c04f31ba20c87f5b12dfa4efe45d1d32725fd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

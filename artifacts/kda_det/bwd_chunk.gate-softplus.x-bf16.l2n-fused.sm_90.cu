@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:763f526d34de3d42f1231f51954c6d4719ffe882a91c0dd0c3de0776c869987f
+// identity: sha256:a3569743ef3abd203e3556c228c98663d0f66fa1ab4d72f482628ed90abfc981
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

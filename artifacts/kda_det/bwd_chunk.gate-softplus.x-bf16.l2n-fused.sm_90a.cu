@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:706529f9074ec4f526bef16e302a6ac0938b8e95e6b88f0a74080ecf46fbb532
+// identity: sha256:6e7704d273aa981bef1e6922040f117dd3c633804215b74868197e59348a0dac
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

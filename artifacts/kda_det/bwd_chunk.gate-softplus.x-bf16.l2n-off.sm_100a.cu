@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:5ea018e7ea93aa3f2dd44eee5a4f4865634114577773a699c45f87412e5c6864
+// identity: sha256:6b3f71bce4e1721aa9bae0bc6896efb19ae70a20112dd046a2f90b2ee8b2c213
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

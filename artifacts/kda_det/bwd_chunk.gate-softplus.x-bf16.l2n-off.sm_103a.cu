@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:ee8647310a87b7b8253ba3f3f459ca203c6e07a22539e59aa34e06089c904557
+// identity: sha256:180e629a9e8550fa48b31fd40b628e89a5e7207af6f66caaf3c5735859ee96dd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

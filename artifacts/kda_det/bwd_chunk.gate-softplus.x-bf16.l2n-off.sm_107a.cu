@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:33783d2be667169eeb8597fa98e68793aede8c441fddff619c1c78fd1691610e
+// identity: sha256:8c572ddb52da8c8c2854b0fb37bb0182a65738bb22bbd26d4ac94816ebbfa36a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

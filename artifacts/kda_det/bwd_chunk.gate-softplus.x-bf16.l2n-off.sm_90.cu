@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:e2127c1193ad99116d9c5cb8e635927a033abccc9f6203fc076e950d387c4c9e
+// identity: sha256:740098583f0bd417b205790c2bafd52bb3a5a089e39c57180fe7f095c4185447
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

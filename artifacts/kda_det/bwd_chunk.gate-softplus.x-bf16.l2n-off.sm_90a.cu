@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:19a25e7fe066dc5d07408fea20615be98691b2a4ff718202b2fa3980446d334f
+// identity: sha256:fc0a9593e2c86a62b51e42ad22fe6c0c302f06c6e798e862755fe844f14fe4fc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:f8ce9953197278000ef9d5bdd3f37c99d4b03195976113e32e3f2c5069a3590f
+// identity: sha256:1d15b4168f772de6ff7c7cfee2e86c7a1a194126ccc9bd8f7a65fd88d8e9ba6d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

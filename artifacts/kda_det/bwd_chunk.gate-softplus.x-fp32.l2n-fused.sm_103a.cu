@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:6ed33c776dc6175d5e34f866d4f930c12d93302997a436dd4456b3ee35a69bb9
+// identity: sha256:544a1d69db1a07b012bd7ab6b12dfeddd414cf54082566f27026e78c4c5aef66
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:66229ce10cb10d95a315a862ed650bf12f51700207f2ecdc80243b03cfa2c888
+// identity: sha256:5da8eb8718bcfd5a229a64fceb9d95010bc4c28c31a1254b05925af96cfa0de2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

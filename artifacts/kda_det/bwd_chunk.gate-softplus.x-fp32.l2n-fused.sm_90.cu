@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:0dd85c9725da45ee437bc3e026c913295c47666cf0a999e2939fdf8069864fcd
+// identity: sha256:23ea907eeaf56f9ec0d5b5d21332b9b578f83390e9dd3abaa918f3e048fc5b60
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:54bee266b14c40d0a5229671f485d41144f44d85506f67932d1b26fecfdaf526
+// identity: sha256:b77844bc40412316c2517af68d5d8c636363f151506b39dac1a7d4fb9ef02e68
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:7b72ec31c30cc6f9723998380c4b041a47b8fb920ba18fcf76d5609a2e88277f
+// identity: sha256:0a4bc502e6ec7afcd4c05423bfe4b3124e439bdf11ec81bb3f5716719974b09e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:de068ed22a116ec7e9effc561f1dd629828f7b40f302e14759c2d0985cb01987
+// identity: sha256:ef83e8322084bd68f5c33c5d27d04f2c1764b8a08bfb9414d3fdfe64a778c618
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

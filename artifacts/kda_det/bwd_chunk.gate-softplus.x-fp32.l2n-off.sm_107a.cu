@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:5a92f6542e97700423e312f4881e1beea9dc2e02f835d235896b8edf33f8a47e
+// identity: sha256:aebdd6c97adc5691698bc8824e356b6c73d69e380fddc25e9151e2790edd2497
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

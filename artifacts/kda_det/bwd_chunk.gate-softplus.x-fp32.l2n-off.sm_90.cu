@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:5e2e23cd89f312d36d3f847de7a4972fcf8e317648eb603908867a10d05a64c1
+// identity: sha256:85447c7b40b8d64bf86ea4fb54dd0a805c1366a3e9ac17faedb75d3b788a56d2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:c8f53aa4658bb3189d80af173179c0be770142bae8c1d74c3d5ac86a0a80b636
+// identity: sha256:3c4a643ce9a918746afff31230f837b52765194eacb5b97c8a85e96ff327fc81
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
