@@ -66,6 +66,14 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "noprecise": NO_PRECISE,
         "noload": NO_LOAD,
         "nostates": NO_STATES,
+        # the chunk-start states at half the bytes (every other 32-byte sector): what 16-bit states
+        # would give, their conversion not counted
+        "halfstates": [
+            (
+                "*reinterpret_cast<float2*>(p + 8) = odd ?",
+                "if (false) *reinterpret_cast<float2*>(p + 8) = odd ?",
+            )
+        ],
         "noo": NO_O,
         "nowgmma": NO_WGMMA,
         "chain": CHAIN,
@@ -138,6 +146,14 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "noload": NO_LOAD,
         "nostates": BWD_NO_STATES,
         "nodvn": BWD_NO_DVN,
+        # dS_end (and dh0) at half the bytes: every block skips the odd 8-column groups, every other
+        # 32-byte sector (16-bit dS_end's traffic, the conversion not counted)
+        "halfds": [
+            (
+                "for (int x = 0; x < 32; x += 2)\n            *reinterpret_cast<float2*>(dst",
+                "for (int x = 0; x < 32; x += 2)\n            if (((x >> 2) & 1) == 0) *reinterpret_cast<float2*>(dst",
+            )
+        ],
         # its serial chain alone, then without one of its parts (how much a register chain, as
         # kda_fwd_state's since session 10, could take off: docs/notes.md, next session)
         "chain": BWD_CHAIN,
@@ -182,6 +198,30 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     "bwd_chunk.gate-g.l2n-off.sm_90a": {
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
+        # S_c and dS_end at half their DRAM bytes (rows 64..127 read rows 0..63's lines again, from
+        # L2): what 16-bit states and dS_end would give bwd_chunk, their widening not counted
+        "halfsd": [
+            (
+                "states + ws * 16384 + r * 128 + 4 * c4, 16);",
+                "states + ws * 16384 + (r & 63) * 128 + 4 * c4, 16);",
+            ),
+            (
+                "cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);",
+                "cake_prefetch_l2(dS_end + ws * 16384 + ((32 * tid) & 8191));",
+            ),
+            (
+                "const float* src = dS_end + ws * 16384 + d * 128",
+                "const float* src = dS_end + ws * 16384 + (d & 63) * 128",
+            ),
+            (
+                "dS_end + ws * 16384 + d * 128 + 4 * c4, 16);",
+                "dS_end + ws * 16384 + (d & 63) * 128 + 4 * c4, 16);",
+            ),
+            (
+                "dS_end + ws * 16384 + d * 128 + 64 + 4 * c4, 16);",
+                "dS_end + ws * 16384 + (d & 63) * 128 + 64 + 4 * c4, 16);",
+            ),
+        ],
         # the mma k-loops of one phase each (the per-element work around them stays)
         "no3a": [
             (
