@@ -134,6 +134,18 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("q4 < q4end; ++q4", "q4 < 0; ++q4"),
         ],
         "nowu": [("for (int kp = 0; kp < 4; ++kp) {", "for (int kp = 0; kp < 0; ++kp) {")],
+        # the qk tiles' and W | U's k-loops at half their steps (their operand formation halves
+        # too, which fp16 operands would not do: an upper bound of what fp16 could take off)
+        "halfk": [
+            (
+                "for (int kp = 0; kp < 8; ++kp) {\n            const int cu = 4 * kp + t;",
+                "for (int kp = 0; kp < 4; ++kp) {\n            const int cu = 4 * kp + t;",
+            ),
+            (
+                "for (int kp = 0; kp < 4; ++kp) {\n            unsigned int bf[4][4];",
+                "for (int kp = 0; kp < 2; ++kp) {\n            unsigned int bf[4][4];",
+            ),
+        ],
         # what only the saved path writes (the backward's G, T and Akk): their cost in its launch
         "nokeep": [
             ("if (G_out != nullptr && r < L)", "if (false)"),
@@ -247,6 +259,28 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "for (int kp = 0; kp < 0; ++kp) {\n                const float4 alo = ldf4(Vn",
             )
         ],
+        # the four [64 x 128] products' k-loops (3a, 3b, 4, 5) at half their steps: what fp16
+        # operands (m16n8k16, two per register) could take off them at most, if they were stored
+        # as fp16 in shared memory; and the same loops gone, for scale
+        "halfk": [
+            (
+                "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 4; ++k2) {",
+                "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 2; ++k2) {",
+            ),
+            (
+                "for (int kp = 0; kp < 8; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
+                "for (int kp = 0; kp < 4; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
+            ),
+            (
+                "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 4;",
+                "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 2;",
+            ),
+            (
+                "for (int kp = 0; kp < 4; ++kp) {\n                const float4 alo = ldf4(Vn",
+                "for (int kp = 0; kp < 2; ++kp) {\n                const float4 alo = ldf4(Vn",
+            ),
+        ],
+        "nok": [],  # filled below: no3a + no3b + no4 + no5
         # phase 6's three parts, whole (each n-tile pair runs (a), (b), (c) in turn)
         "no6a": [
             (
@@ -268,6 +302,10 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
     },
 }
+
+
+_BWD = ABLATIONS["bwd_chunk.gate-g.l2n-off.sm_90a"]
+_BWD["nok"] = _BWD["no3a"] + _BWD["no3b"] + _BWD["no4"] + _BWD["no5"]
 
 
 def apply(source: str, patches: list[tuple[str, str]]) -> str:
