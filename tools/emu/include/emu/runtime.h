@@ -449,7 +449,7 @@ inline void named_bar(int id, int n, bool wait) {
     if (wait) park(w, f, kWhat[id]);
 }
 
-enum Kind { kShflIdx = 1, kShflUp, kShflDown, kShflXor, kAll, kAny, kBallot, kSyncwarp, kMma };
+enum Kind { kShflIdx = 1, kShflUp, kShflDown, kShflXor, kAll, kAny, kBallot, kSyncwarp, kMma, kMmaF16 };
 
 // Every lane of the warp arrives with its input and output; the last one runs op over all 32
 // lanes (each output written before any lane continues), then the warp is released together.
@@ -590,6 +590,57 @@ inline void mma_tf32(float (&d)[4], unsigned int a0, unsigned int a1, unsigned i
     collective(kMma, 0, 0xffffffffu, "mma.sync", &in, d, &op_mma);
 }
 
+// ---- mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 ------------------------------------------
+// An fp16 value (bits 0-15 of h) as a float: exact, every fp16 value is one.
+inline float f16_value(unsigned int h) {
+    const unsigned int sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (m << 13));  // inf, NaN
+    if (e != 0u) return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+    const float v = ldexpf((float)m, -24);  // subnormal
+    return sign != 0u ? -v : v;
+}
+
+// D = A B + C with exact products of the fp16 operands (11 x 11 significant bits fit a float),
+// accumulated in fp32 from C in k order. Fragments, g = lane / 4, t = lane % 4, the lower index in
+// bits 0-15: a0 (g, 2t..2t+1) a1 (g+8, 2t..2t+1) a2 (g, 2t+8..2t+9) a3 (g+8, 2t+8..2t+9);
+// b0 (2t..2t+1, g) b1 (2t+8..2t+9, g); c/d as op_mma.
+inline void op_mma_f16(Warp& W) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int lane = 0; lane < kWarp; ++lane) {
+        const MmaIn* in = static_cast<const MmaIn*>(W.in[lane]);
+        const float* d = static_cast<const float*>(W.out[lane]);
+        const int g = lane >> 2, t = lane & 3;
+        for (int h = 0; h < 2; ++h) {
+            A[g][2 * t + h] = f16_value(in->a[0] >> (16 * h));
+            A[g + 8][2 * t + h] = f16_value(in->a[1] >> (16 * h));
+            A[g][2 * t + 8 + h] = f16_value(in->a[2] >> (16 * h));
+            A[g + 8][2 * t + 8 + h] = f16_value(in->a[3] >> (16 * h));
+            B[2 * t + h][g] = f16_value(in->b[0] >> (16 * h));
+            B[2 * t + 8 + h][g] = f16_value(in->b[1] >> (16 * h));
+        }
+        C[g][2 * t] = d[0];
+        C[g][2 * t + 1] = d[1];
+        C[g + 8][2 * t] = d[2];
+        C[g + 8][2 * t + 1] = d[3];
+    }
+    for (int lane = 0; lane < kWarp; ++lane) {
+        float* d = static_cast<float*>(W.out[lane]);
+        const int g = lane >> 2, t = lane & 3;
+        for (int x = 0; x < 4; ++x) {
+            const int i = g + 8 * (x >> 1), j = 2 * t + (x & 1);
+            float acc = C[i][j];
+            for (int k = 0; k < 16; ++k) acc += A[i][k] * B[k][j];  // exact products
+            d[x] = acc;
+        }
+    }
+}
+
+inline void mma_f16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
+                    unsigned int a3, unsigned int b0, unsigned int b1) {
+    MmaIn in{{a0, a1, a2, a3}, {b0, b1}};
+    collective(kMmaF16, 0, 0xffffffffu, "mma.sync f16", &in, d, &op_mma_f16);
+}
+
 // ---- wgmma.mma_async (sm_90a): warpgroup collectives -----------------------------------------------
 // Every thread of the warpgroup arrives with its input and output; the last one runs op over all
 // 128 (each output written before any thread continues), then the warpgroup is released together.
@@ -728,6 +779,16 @@ inline unsigned int cvt_rn_bf16(float x) {
     const unsigned int u = __float_as_uint(x);
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
     return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+}
+
+// cvt.rn.f16.f32 (one half of cvt.rn.f16x2.f32): round to nearest even, subnormals kept, at or
+// above 65520 (halfway past 65504) +-inf; NaN becomes the canonical 0x7fff.
+inline unsigned int cvt_rn_f16(float x) {
+    const unsigned int u = __float_as_uint(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return 0x7fffu;
+    if (a >= 0x477ff000u) return sign | 0x7c00u;
+    if (a >= 0x38800000u) return sign | ((a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13);
+    return sign | (unsigned int)nearbyintf(ldexpf(__uint_as_float(a), 24));  // m 2^-24, m <= 1024
 }
 
 // ex2.approx.ftz.f32, modelled as exp2f with subnormal inputs and results flushed to zero.
