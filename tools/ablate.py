@@ -60,6 +60,56 @@ NO_PRECISE = [
     )
 ]
 
+# every mma.sync of kda_bwd_chunk goes through mma_k16 / mma_k16q (two m16n8k8 tf32 each); as one
+# m16n8k16 f16 (the same reduction slots: a lane's k = 4t..4t+3 on the f16 slots 2t, 2t+1, 2t+8,
+# 2t+9), its operands converted by cvt.rn.f16x2 where they are used. Unscaled, so only a timing:
+# what fp16 operands would take off the kernel with every operand routine as it is (docs/notes.md,
+# session 17)
+_F16X2 = 'asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"({r}) : "f"({hi}), "f"({lo}));'
+_MMA_F16 = (
+    'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, '
+    '{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), '
+    '"+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));'
+)
+
+
+def _f16_body(signature: str, pairs: list[tuple[str, str, str]]) -> str:
+    cvts = "\n    ".join(_F16X2.format(r=r, lo=lo, hi=hi) for r, lo, hi in pairs)
+    return f"{signature} {{\n    unsigned int a0, a1, a2, a3, b0, b1;\n    {cvts}\n    {_MMA_F16}\n}}\n"
+
+
+_B = [("b0", "b.x", "b.y"), ("b1", "b.z", "b.w")]
+F16_MMA = [
+    (
+        "__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi, const float4& b) {\n    cake_mma_tf32(d, __float_as_uint(a_lo.x), __float_as_uint(a_hi.x), __float_as_uint(a_lo.y),\n                  __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));\n    cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),\n                  __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));\n}\n",
+        _f16_body(
+            "__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, "
+            "const float4& a_hi, const float4& b)",
+            [
+                ("a0", "a_lo.x", "a_lo.y"),
+                ("a1", "a_hi.x", "a_hi.y"),
+                ("a2", "a_lo.z", "a_lo.w"),
+                ("a3", "a_hi.z", "a_hi.w"),
+                *_B,
+            ],
+        ),
+    ),
+    (
+        "__device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, const float4& q1, const float4& b) {\n    cake_mma_tf32(d, __float_as_uint(q0.x), __float_as_uint(q0.y), __float_as_uint(q0.z),\n                  __float_as_uint(q0.w), __float_as_uint(b.x), __float_as_uint(b.y));\n    cake_mma_tf32(d, __float_as_uint(q1.x), __float_as_uint(q1.y), __float_as_uint(q1.z),\n                  __float_as_uint(q1.w), __float_as_uint(b.z), __float_as_uint(b.w));\n}\n",
+        _f16_body(
+            "__device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, "
+            "const float4& q1, const float4& b)",
+            [
+                ("a0", "q0.x", "q0.z"),
+                ("a1", "q0.y", "q0.w"),
+                ("a2", "q1.x", "q1.z"),
+                ("a3", "q1.y", "q1.w"),
+                *_B,
+            ],
+        ),
+    ),
+]
+
 # per program (package-independent name), ablation name -> replacements
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
@@ -280,6 +330,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "for (int kp = 0; kp < 2; ++kp) {\n                const float4 alo = ldf4(Vn",
             ),
         ],
+        "f16mma": F16_MMA,
         "nok": [],  # filled below: no3a + no3b + no4 + no5
         # phase 6's three parts, whole (each n-tile pair runs (a), (b), (c) in turn)
         "no6a": [

@@ -1,11 +1,11 @@
 #pragma once
 
-// fp16 tensor-core operands (docs/notes.md, session 17, "next session"): fp16 keeps TF32's 11
+// fp16 tensor-core operands (docs/notes.md, session 17, section 7): fp16 keeps TF32's 11
 // significant bits, so a value scaled by a power of two into fp16's normal range is the same
 // value the TF32 path multiplies, and m16n8k16 does twice the multiply-adds of m16n8k8 tf32 per
 // instruction with two operands a register. tests/test_mma_f16_probe_gpu.py checks the fragment
 // map and the conversion on the H200, tests/test_mma_f16_emu.py the CPU twin against the same
-// references. No program uses these yet.
+// references. No program uses these: kda_bwd_chunk with every mma on them measured -1.8 %.
 
 // Two floats to one f16x2 register, round to nearest even: lo in bits 0-15 (the lower k or column
 // index of a fragment pair), hi in bits 16-31. Out of range: +-inf; below 2^-14: subnormal.

@@ -1,4 +1,4 @@
-// twin of generators/include/cake/mma_f16.cuh sha256:b0242866f28eb759edba3ce0deceafdec23339fab42e36d7f1ecc0c83d9549ce
+// twin of generators/include/cake/mma_f16.cuh sha256:aaf7712879df0f2bb3818a47ea00c004597b401b2d87beefeba17f4508cc7d64
 #pragma once
 
 // cvt.rn.f16x2.f32: lo in bits 0-15, hi in bits 16-31 (see emu::cvt_rn_f16).
