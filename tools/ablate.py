@@ -110,6 +110,49 @@ F16_MMA = [
     ),
 ]
 
+
+def _skip(*calls: str) -> list[tuple[str, str]]:
+    """Each call (its text up to a unique point) not made: ptxas then drops what only fed it."""
+    return [(c, "if (false) " + c) for c in calls]
+
+
+# kda_bwd_chunk's products phase by phase, each with the operand work that only feeds it (nomma,
+# all of them, is -30 %: docs/notes.md, session 17)
+_MMA_BY_PHASE = {
+    "nomma2": _skip("mma_k16(acc[ni], alo, ahi, r4(ldt4_at<128>(RC"),
+    "nomma3a": _skip("mma_k16(aO[ni], olo, ohi, b4);", "mma_k16q(aY[ni], y0, y1, b4);"),
+    "nomma3b": _skip("mma_k16(X[ni], alo, ahi"),
+    "nomma3c": _skip("mma_k16(acc[ni], alo, ahi, ldf4(RD"),
+    "nomma4": [("if (ni < nact) mma_k16q(acc[ni], q0, q1", "if (false) mma_k16q(acc[ni], q0, q1")],
+    "nomma5": _skip("mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs"),
+    "nomma6a": _skip(
+        *(
+            f"mma_k16({a}[n], {q}lo, {q}hi, {b});"
+            for a, q in (("aq", "q1"), ("ak", "k1"))
+            for b in ("bl", "bh")
+        )
+    ),
+    "nomma6b": _skip(
+        *(
+            f"mma_k16({a}[n], {q}lo, {q}hi, {b});"
+            for a, q, bb in (("aq", "q1", "bq"), ("ak", "k1", "bk"))
+            for b in (bb + "l", bb + "h")
+        )
+    ),
+    "nomma6c": _skip(
+        *(
+            f"mma_k16({a}[n], {q}lo, {q}hi, {b});"
+            for a, q in (("arq", "a1"), ("ark", "a2"))
+            for b in ("bkl", "bkh")
+        ),
+        "mma_k16(acl[n], c1lo, c1hi, bql);",
+        "mma_k16(acl[n], c2lo, c2hi, bcl);",
+        "mma_k16(acl[n], c1lo, c1hi, bqh);",
+        "mma_k16(acl[n], c2lo, c2hi, bch);",
+    ),
+}
+
+
 # per program (package-independent name), ablation name -> replacements
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
@@ -331,6 +374,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ),
         ],
         "f16mma": F16_MMA,
+        **_MMA_BY_PHASE,
         "nok": [],  # filled below: no3a + no3b + no4 + no5
         # phase 6's three parts, whole (each n-tile pair runs (a), (b), (c) in turn)
         "no6a": [
