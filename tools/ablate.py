@@ -153,6 +153,17 @@ _MMA_BY_PHASE = {
 }
 
 
+# the same products made by warps 0-7 only (one warp in two of each SM sub-partition): a phase
+# bound by its throughput loses about half of nommaX's time, one bound by each warp's own latency
+# about none (docs/bwd-chunk-structure.md: may two phases share the block's warps?)
+_HALF_WARPS = {
+    "half" + name[len("nomma") :]: [
+        (old, new.replace("if (false) ", "if (warp < 8) ")) for old, new in _MMA_BY_PHASE[name]
+    ]
+    for name in ("nomma3a", "nomma3b", "nomma5")
+}
+
+
 # per program (package-independent name), ablation name -> replacements
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
@@ -375,6 +386,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
         "f16mma": F16_MMA,
         **_MMA_BY_PHASE,
+        **_HALF_WARPS,
         "nok": [],  # filled below: no3a + no3b + no4 + no5
         # phase 6's three parts, whole (each n-tile pair runs (a), (b), (c) in turn)
         "no6a": [
