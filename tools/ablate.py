@@ -79,12 +79,14 @@ def _f16_body(signature: str, pairs: list[tuple[str, str, str]]) -> str:
 
 
 _B = [("b0", "b.x", "b.y"), ("b1", "b.z", "b.w")]
+_K16 = "__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi, const float4& b)"
+_K16Q = "__device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, const float4& q1, const float4& b)"
+# the f16 definition goes in front of the shipped one, which is renamed (so left unused)
 F16_MMA = [
     (
-        "__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi, const float4& b) {\n    cake_mma_tf32(d, __float_as_uint(a_lo.x), __float_as_uint(a_hi.x), __float_as_uint(a_lo.y),\n                  __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));\n    cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),\n                  __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));\n}\n",
+        _K16 + " {",
         _f16_body(
-            "__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, "
-            "const float4& a_hi, const float4& b)",
+            _K16,
             [
                 ("a0", "a_lo.x", "a_lo.y"),
                 ("a1", "a_hi.x", "a_hi.y"),
@@ -92,13 +94,14 @@ F16_MMA = [
                 ("a3", "a_hi.z", "a_hi.w"),
                 *_B,
             ],
-        ),
+        )
+        + _K16.replace("mma_k16(", "mma_k16_tf32(")
+        + " {",
     ),
     (
-        "__device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, const float4& q1, const float4& b) {\n    cake_mma_tf32(d, __float_as_uint(q0.x), __float_as_uint(q0.y), __float_as_uint(q0.z),\n                  __float_as_uint(q0.w), __float_as_uint(b.x), __float_as_uint(b.y));\n    cake_mma_tf32(d, __float_as_uint(q1.x), __float_as_uint(q1.y), __float_as_uint(q1.z),\n                  __float_as_uint(q1.w), __float_as_uint(b.z), __float_as_uint(b.w));\n}\n",
+        _K16Q + " {",
         _f16_body(
-            "__device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, "
-            "const float4& q1, const float4& b)",
+            _K16Q,
             [
                 ("a0", "q0.x", "q0.z"),
                 ("a1", "q0.y", "q0.w"),
@@ -106,7 +109,9 @@ F16_MMA = [
                 ("a3", "q1.y", "q1.w"),
                 *_B,
             ],
-        ),
+        )
+        + _K16Q.replace("mma_k16q(", "mma_k16q_tf32(")
+        + " {",
     ),
 ]
 
