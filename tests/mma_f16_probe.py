@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from cake.manifest import Kernel
+from cake.manifest import Entry, Kernel
 from cake.render import inline_headers
 from cake.spec import ArgType
 from cake.tree import Tree
@@ -23,6 +23,8 @@ KERNELS = (
     ),
     Kernel(symbol="f16x2_probe", threads=128, smem=0, args=(ArgType.ptr, ArgType.ptr, ArgType.i32)),
 )
+# what cake.launch.Module and the emulator's EmuModule read of a program: its name and kernels
+ENTRY = Entry.model_construct(program="mma_f16_probe", kernels=KERNELS)
 
 
 def source(tree: Tree) -> str:

@@ -16,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import mma_f16_probe as probe  # noqa: E402
 
-from cake.manifest import Entry  # noqa: E402
 from cake.tree import default_tree  # noqa: E402
 from tools.emu import compiler  # noqa: E402
 from tools.emu.loader import EmuModule, Options  # noqa: E402
@@ -32,8 +31,7 @@ def module() -> EmuModule:
     tree = default_tree()
     symbols = [k.symbol for k in probe.KERNELS]
     unit = translation_unit(probe.source(tree), "mma_f16_probe", symbols, tree.include)
-    entry = Entry.model_construct(program="mma_f16_probe", kernels=probe.KERNELS)
-    return EmuModule(entry, compiler.library(unit, "mma_f16_probe"), Options())
+    return EmuModule(probe.ENTRY, compiler.library(unit, "mma_f16_probe"), Options())
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

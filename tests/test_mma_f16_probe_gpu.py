@@ -16,8 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import mma_f16_probe as probe  # noqa: E402
 
 from cake.compile import compile_source  # noqa: E402
-from cake.launch import ArgBlock, _cu_launch, _current_stream, ensure_context  # noqa: E402
-from cake.machine import _call, init_driver  # noqa: E402
+from cake.launch import Module  # noqa: E402
 from cake.spec import Arch  # noqa: E402
 from cake.tree import default_tree  # noqa: E402
 
@@ -25,30 +24,9 @@ pytestmark = [pytest.mark.gpu]
 
 
 @pytest.fixture(scope="module")
-def kernels() -> dict[str, int]:
+def kernels() -> Module:
     compiled = compile_source(probe.source(default_tree()), Arch("sm_90"), "mma_f16_probe")
-    ensure_context(0)
-    driver = init_driver()
-    module = _call(driver, driver.cuModuleLoadData(compiled.cubin), "cuModuleLoadData")
-    return {
-        k.symbol: int(
-            _call(
-                driver, driver.cuModuleGetFunction(module, k.symbol.encode()), "cuModuleGetFunction"
-            )
-        )
-        for k in probe.KERNELS
-    }
-
-
-def launch(kernels: dict[str, int], symbol: str, *args) -> None:  # noqa: ANN002
-    meta = next(k for k in probe.KERNELS if k.symbol == symbol)
-    block = ArgBlock(list(meta.args), symbol)
-    block.set(list(args))
-    err = _cu_launch()(
-        kernels[symbol], 1, 1, 1, meta.threads, 1, 1, 0, _current_stream(0), block.params, None
-    )
-    assert err == 0, f"launch failed: CUresult {err}"
-    torch.cuda.synchronize()
+    return Module(probe.ENTRY, compiled.cubin, 0)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -56,12 +34,14 @@ def test_f16_mma_fragment_map(kernels, seed):  # noqa: ANN001
     A, B = probe.operands(seed)
     D = torch.full((16, 8), float("nan"), device="cuda")
     Dt = torch.full((16, 8), float("nan"), device="cuda")
-    launch(kernels, "mma_f16_probe", A.cuda(), B.cuda(), D, Dt)
+    kernels["mma_f16_probe"]((1,), A.cuda(), B.cuda(), D, Dt)
+    torch.cuda.synchronize()
     probe.check_products(A, B, D.cpu(), Dt.cpu())
 
 
 def test_f16x2_conversion_rounds_as_torch(kernels):  # noqa: ANN001
     x = probe.conversion_inputs()
     out = torch.zeros(x.numel() // 2, dtype=torch.int32, device="cuda")
-    launch(kernels, "f16x2_probe", x.cuda(), out, out.numel())
+    kernels["f16x2_probe"]((1,), x.cuda(), out, out.numel())
+    torch.cuda.synchronize()
     probe.check_conversion(x, out.cpu())

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -167,6 +168,43 @@ _HALF_WARPS = {
     ]
     for name in ("nomma3a", "nomma3b", "nomma5")
 }
+
+
+# kda_bwd_chunk's mma k-loops of one phase each (the per-element work around them stays)
+_BULK_LOOPS = {
+    "no3a": [
+        (
+            "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 4; ++k2) {",
+            "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 0; ++k2) {",
+        )
+    ],
+    "no3b": [
+        (
+            "for (int kp = 0; kp < 8; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
+            "for (int kp = 0; kp < 0; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
+        )
+    ],
+    "no4": [
+        (
+            "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 4;",
+            "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 0;",
+        )
+    ],
+    "no5": [
+        (
+            "for (int kp = 0; kp < 4; ++kp) {\n                const float4 alo = ldf4(Vn",
+            "for (int kp = 0; kp < 0; ++kp) {\n                const float4 alo = ldf4(Vn",
+        )
+    ],
+}
+
+
+def _halve_loop(loop: str) -> tuple[str, str]:
+    """A k-loop's header text, and the same loop running half its steps."""
+    bound = re.search(r"< (\d+);", loop)
+    assert bound is not None, loop
+    n = int(bound.group(1))
+    return loop, loop[: bound.start()] + f"< {n // 2};" + loop[bound.end() :]
 
 
 # per program (package-independent name), ablation name -> replacements
@@ -344,55 +382,15 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ),
         ],
         # the mma k-loops of one phase each (the per-element work around them stays)
-        "no3a": [
-            (
-                "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 4; ++k2) {",
-                "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 0; ++k2) {",
-            )
-        ],
-        "no3b": [
-            (
-                "for (int kp = 0; kp < 8; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
-                "for (int kp = 0; kp < 0; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
-            )
-        ],
-        "no4": [
-            (
-                "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 4;",
-                "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 0;",
-            )
-        ],
-        "no5": [
-            (
-                "for (int kp = 0; kp < 4; ++kp) {\n                const float4 alo = ldf4(Vn",
-                "for (int kp = 0; kp < 0; ++kp) {\n                const float4 alo = ldf4(Vn",
-            )
-        ],
+        **_BULK_LOOPS,
         # the four [64 x 128] products' k-loops (3a, 3b, 4, 5) at half their steps: what fp16
         # operands (m16n8k16, two per register) could take off them at most, if they were stored
-        # as fp16 in shared memory; and the same loops gone, for scale
-        "halfk": [
-            (
-                "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 4; ++k2) {",
-                "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 2; ++k2) {",
-            ),
-            (
-                "for (int kp = 0; kp < 8; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
-                "for (int kp = 0; kp < 4; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
-            ),
-            (
-                "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 4;",
-                "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 2;",
-            ),
-            (
-                "for (int kp = 0; kp < 4; ++kp) {\n                const float4 alo = ldf4(Vn",
-                "for (int kp = 0; kp < 2; ++kp) {\n                const float4 alo = ldf4(Vn",
-            ),
-        ],
+        # as fp16 in shared memory; and the same loops gone (nok), for scale
+        "halfk": [_halve_loop(old) for patches in _BULK_LOOPS.values() for old, _ in patches],
         "f16mma": F16_MMA,
         **_MMA_BY_PHASE,
         **_HALF_WARPS,
-        "nok": [],  # filled below: no3a + no3b + no4 + no5
+        "nok": [patch for patches in _BULK_LOOPS.values() for patch in patches],
         # phase 6's three parts, whole (each n-tile pair runs (a), (b), (c) in turn)
         "no6a": [
             (
@@ -414,10 +412,6 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
     },
 }
-
-
-_BWD = ABLATIONS["bwd_chunk.gate-g.l2n-off.sm_90a"]
-_BWD["nok"] = _BWD["no3a"] + _BWD["no3b"] + _BWD["no4"] + _BWD["no5"]
 
 
 def apply(source: str, patches: list[tuple[str, str]]) -> str:

@@ -552,21 +552,15 @@ inline float tf32_operand(unsigned int bits) {
     return __uint_as_float(bits);
 }
 
-// D = A B + C with exact products of the TF32 operands, accumulated in fp32 from C in k order.
-// Fragments, g = lane / 4, t = lane % 4: a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4);
-// b0 (t, g) b1 (t+4, g); c/d0,1 (g, 2t..2t+1), c/d2,3 (g+8, 2t..2t+1).
-inline void op_mma(Warp& W) {
-    float A[16][8], B[8][8], C[16][8];
+// D = A B + C on the m16n8 accumulator every lane holds (c/d0,1 (g, 2t..2t+1), c/d2,3 (g+8,
+// 2t..2t+1), g = lane / 4, t = lane % 4; C and D are the same registers, so C is gathered from
+// every lane before any D is written): exact products, accumulated in fp32 from C in k order.
+template <int K>
+inline void mma_accumulate(Warp& W, const float (&A)[16][K], const float (&B)[K][8]) {
+    float C[16][8];
     for (int lane = 0; lane < kWarp; ++lane) {
-        const MmaIn* in = static_cast<const MmaIn*>(W.in[lane]);
         const float* d = static_cast<const float*>(W.out[lane]);
         const int g = lane >> 2, t = lane & 3;
-        A[g][t] = tf32_operand(in->a[0]);
-        A[g + 8][t] = tf32_operand(in->a[1]);
-        A[g][t + 4] = tf32_operand(in->a[2]);
-        A[g + 8][t + 4] = tf32_operand(in->a[3]);
-        B[t][g] = tf32_operand(in->b[0]);
-        B[t + 4][g] = tf32_operand(in->b[1]);
         C[g][2 * t] = d[0];
         C[g][2 * t + 1] = d[1];
         C[g + 8][2 * t] = d[2];
@@ -578,10 +572,28 @@ inline void op_mma(Warp& W) {
         for (int x = 0; x < 4; ++x) {
             const int i = g + 8 * (x >> 1), j = 2 * t + (x & 1);
             float acc = C[i][j];
-            for (int k = 0; k < 8; ++k) acc += A[i][k] * B[k][j];  // exact products
+            for (int k = 0; k < K; ++k) acc += A[i][k] * B[k][j];  // exact products
             d[x] = acc;
         }
     }
+}
+
+// D = A B + C with the TF32 operands (mma_accumulate). Fragments, g = lane / 4, t = lane % 4:
+// a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4);
+// b0 (t, g) b1 (t+4, g); c/d0,1 (g, 2t..2t+1), c/d2,3 (g+8, 2t..2t+1).
+inline void op_mma(Warp& W) {
+    float A[16][8], B[8][8];
+    for (int lane = 0; lane < kWarp; ++lane) {
+        const MmaIn* in = static_cast<const MmaIn*>(W.in[lane]);
+        const int g = lane >> 2, t = lane & 3;
+        A[g][t] = tf32_operand(in->a[0]);
+        A[g + 8][t] = tf32_operand(in->a[1]);
+        A[g][t + 4] = tf32_operand(in->a[2]);
+        A[g + 8][t + 4] = tf32_operand(in->a[3]);
+        B[t][g] = tf32_operand(in->b[0]);
+        B[t + 4][g] = tf32_operand(in->b[1]);
+    }
+    mma_accumulate(W, A, B);
 }
 
 inline void mma_tf32(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
@@ -600,15 +612,14 @@ inline float f16_value(unsigned int h) {
     return sign != 0u ? -v : v;
 }
 
-// D = A B + C with exact products of the fp16 operands (11 x 11 significant bits fit a float),
-// accumulated in fp32 from C in k order. Fragments, g = lane / 4, t = lane % 4, the lower index in
+// D = A B + C with the fp16 operands (mma_accumulate; 11 x 11 significant bits fit a float).
+// Fragments, g = lane / 4, t = lane % 4, the lower index in
 // bits 0-15: a0 (g, 2t..2t+1) a1 (g+8, 2t..2t+1) a2 (g, 2t+8..2t+9) a3 (g+8, 2t+8..2t+9);
-// b0 (2t..2t+1, g) b1 (2t+8..2t+9, g); c/d as op_mma.
+// b0 (2t..2t+1, g) b1 (2t+8..2t+9, g).
 inline void op_mma_f16(Warp& W) {
-    float A[16][16], B[16][8], C[16][8];
+    float A[16][16], B[16][8];
     for (int lane = 0; lane < kWarp; ++lane) {
         const MmaIn* in = static_cast<const MmaIn*>(W.in[lane]);
-        const float* d = static_cast<const float*>(W.out[lane]);
         const int g = lane >> 2, t = lane & 3;
         for (int h = 0; h < 2; ++h) {
             A[g][2 * t + h] = f16_value(in->a[0] >> (16 * h));
@@ -618,21 +629,8 @@ inline void op_mma_f16(Warp& W) {
             B[2 * t + h][g] = f16_value(in->b[0] >> (16 * h));
             B[2 * t + 8 + h][g] = f16_value(in->b[1] >> (16 * h));
         }
-        C[g][2 * t] = d[0];
-        C[g][2 * t + 1] = d[1];
-        C[g + 8][2 * t] = d[2];
-        C[g + 8][2 * t + 1] = d[3];
     }
-    for (int lane = 0; lane < kWarp; ++lane) {
-        float* d = static_cast<float*>(W.out[lane]);
-        const int g = lane >> 2, t = lane & 3;
-        for (int x = 0; x < 4; ++x) {
-            const int i = g + 8 * (x >> 1), j = 2 * t + (x & 1);
-            float acc = C[i][j];
-            for (int k = 0; k < 16; ++k) acc += A[i][k] * B[k][j];  // exact products
-            d[x] = acc;
-        }
-    }
+    mma_accumulate(W, A, B);
 }
 
 inline void mma_f16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned int a2,
