@@ -49,6 +49,30 @@ NO_WGMMA = [
 ]
 CHAIN = NO_LOAD + NO_STATES + NO_O
 
+# the tiles both value blocks of a head read (W, Kd^T, Qg, Aqk), each block copying only every
+# other piece: the shared-memory fill traffic of a 2-block cluster whose blocks each load half and
+# multicast it to both (the barriers such a cluster would need not counted; o comes out wrong)
+FWD_HALF_LOADS = [
+    (
+        "        for (int i = 0; i < 16; ++i)\n            cake_cp_async16(Ws + ",
+        "        for (int i = vb; i < 16; i += 2)\n            cake_cp_async16(Ws + ",
+    ),
+    (
+        "for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);",
+        "for (int i = vb; i < 16; i += 2) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);",
+    ),
+]
+FWD_HALF_LOADS_O = [
+    (
+        "for (int i = 0; i < 16; ++i)\n                cake_cp_async16(Qs + ",
+        "for (int i = vb; i < 16; i += 2)\n                cake_cp_async16(Qs + ",
+    ),
+    (
+        "for (int i = 0; i < 8; ++i) cake_cp_async16(As + sA + 256 * i",
+        "for (int i = vb; i < 8; i += 2) cake_cp_async16(As + sA + 256 * i",
+    ),
+]
+
 # kda_bwd_state's: without its dS_end / dVn stores, and its chain alone (no loads, no stores)
 BWD_NO_STATES = [("if (dS_end != nullptr) store_global(", "if (false) store_global(")]
 BWD_NO_DVN = [("if (dVn != nullptr && (x & 1) == 0)", "if (false)")]
@@ -221,7 +245,47 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "if (false) *reinterpret_cast<float2*>(p + 8) = odd ?",
             )
         ],
+        # the same stores and loads with every chunk on chunk c0's slots (L2 hits, no DRAM
+        # traffic): what the states' and the inputs' DRAM bytes cost, apart from their instructions
+        "l2states": [
+            (
+                "float* dst = states_out + ((long long)ci * H + h) * 16384",
+                "float* dst = states_out + ((long long)c0 * H + h) * 16384",
+            )
+        ],
+        "l2loads": [
+            (f"{p} + ((long long)ci * H + h)", f"{p} + ((long long)c0 * H + h)")
+            for p in ("W", "Kd", "Qg", "Aqk")
+        ]
+        + [
+            (
+                "const long long wsi = (long long)ci * H + h;",
+                "const long long wsi = (long long)c0 * H + h;",
+            ),
+            ("gl, (long long)ci * H + h, tw", "gl, (long long)c0 * H + h, tw"),
+        ],
+        "halfloads": FWD_HALF_LOADS + FWD_HALF_LOADS_O,
+        # one input's copies left out (its tile stays stale): whose load latency the chain waits on
+        **{
+            "no" + name: [(copy, "(void)0;")]
+            for name, copy in (
+                (
+                    "w",
+                    "cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);",
+                ),
+                ("kd", "cake_cp_async16(dst + 256 * i, src + 512 * i, 16);"),
+                ("u", "cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);"),
+                (
+                    "qg",
+                    "cake_cp_async16(Qs + ((i & 1) ? sQ1 : sQ0) + 256 * (i >> 1), src + 512 * i, 16);",
+                ),
+                ("aqk", "cake_cp_async16(As + sA + 256 * i, src + 512 * i, 16);"),
+            )
+        },
+        "nopf": [NO_LOAD[1]],
         "noo": NO_O,
+        # o's stores alone (warpgroup 1's products kept: t0 >= 0 is not known to the compiler)
+        "noostore": [(NO_O[0][0], NO_O[0][0].replace("if (r < L)", "if (r < L && t0 < 0)"))],
         "nowgmma": NO_WGMMA,
         "chain": CHAIN,
         # the chain without one of its parts (what each costs of the serial path per chunk):
@@ -305,6 +369,39 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "noload": NO_LOAD,
         "nostates": BWD_NO_STATES,
         "nodvn": BWD_NO_DVN,
+        # the tiles both value blocks read (Kd^T, Aqk, Qg, W), every other piece each (as
+        # fwd_state's halfloads: what a 2-block cluster's multicast loads would move)
+        "halfloads": [
+            (
+                f"for (int i = 0; i < {n}; ++i) cake_cp_async16({t} + {o} + 1024 * i",
+                f"for (int i = vb; i < {n}; i += 2) cake_cp_async16({t} + {o} + 1024 * i",
+            )
+            for n, t, o in ((8, "Ks", "sK"), (4, "As", "sK"), (8, "Qs", "sB"), (8, "Ws", "sB"))
+        ],
+        # one group's copies left out: Kd^T and Aqk (group a), Qg and W (group b)
+        "noa": [
+            (
+                "cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gK + 1024 * i, 16);",
+                "(void)0;",
+            ),
+            (
+                "cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gK + 1024 * i, 16);",
+                "(void)0;",
+            ),
+        ],
+        "nob": [
+            ("cake_cp_async16(Qs + sB + 1024 * i, Qg + base + 1024 * i, 16);", "(void)0;"),
+            ("cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);", "(void)0;"),
+        ],
+        "noqg": [("cake_cp_async16(Qs + sB + 1024 * i, Qg + base + 1024 * i, 16);", "(void)0;")],
+        "now": [("cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);", "(void)0;")],
+        # dS_end stored on chunk c0's slot for every chunk (L2 hits): its DRAM bytes alone
+        "l2ds": [
+            (
+                "if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);",
+                "if (dS_end != nullptr) store_global(dS_end + ((long long)c0 * H + h) * 16384 + vb * 64);",
+            )
+        ],
         # dS_end (and dh0) at half the bytes: every block skips the odd 8-column groups, every other
         # 32-byte sector (16-bit dS_end's traffic, the conversion not counted)
         "halfds": [
@@ -332,7 +429,20 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
     },
     # the precise chain (TF32 hi + lo of S and Vnew) of the rows of split sequences: its cost
-    "fwd_state_local.sm_90a": {"noprecise": NO_PRECISE},  # kda_cp only: the local passes
+    "fwd_state_local.sm_90a": {  # kda_cp only: the local passes
+        "noprecise": NO_PRECISE,
+        "halfloads": FWD_HALF_LOADS,
+        "nopf": [NO_LOAD[1]],
+    },
+    # kda_bwd_chunk's L2 prefetches (dS_end in phase 0; the raw gate input x in phase 6) left out
+    **{
+        f"bwd_chunk.{form}.sm_90a": {"nopf": [NO_LOAD[1]]}
+        for form in (
+            "gate-sigmoid.x-fp32.l2n-off",
+            "gate-sigmoid.x-fp32.l2n-fused",
+            "gate-g.l2n-fused",
+        )
+    },
     "seg_combine.sm_90a": {  # kda_cp only: what one step of the walk waits on
         "noload": NO_LOAD,  # no M tiles (the products read whatever the buffers hold)
         "nob": [("if (q == 0 && s + 1 < P - 1) b_next", "if (false) b_next")],
@@ -356,6 +466,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
     },
     "bwd_chunk.gate-g.l2n-off.sm_90a": {
+        "nopf": [NO_LOAD[1]],
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
         # S_c and dS_end at half their DRAM bytes (rows 64..127 read rows 0..63's lines again, from
         # L2): what 16-bit states and dS_end would give bwd_chunk, their widening not counted

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:c4910818bf8abcc42759ebdbd1f0011fbf9f60316b69bcdde9e462872cdb05a2
+// identity: sha256:9f287866f5a0c45c6a703aee044006be31304030f527410e911a3d2c50df22a7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -227,7 +227,9 @@ __device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) +
 
 // Chunk wsi's inputs into L2 (128-byte lines, the two value blocks vb of a head taking every other
 // one): W, U, Qg, Kd (256 lines each), Aqk (128), gl (4); the local program skips Qg and Aqk, and U
-// when it is null.
+// when it is null. Only the local program's two-pass launches (has_h0 = 3) prefetch: measured on
+// the H200 (docs/notes.md, session 18), every other launch ran 3-13 % faster without it (1doc
+// fwd_state -6.2 %, m2 -12.9 %), the two-pass ones 6-10 % slower (R2, long, long4).
 __device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
                                                   const float* Kd, const float* Aqk, const float* gl,
                                                   long long wsi, int tid, int nthreads, int vb) {
@@ -250,6 +252,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     const int* __restrict__ precise, const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht,
     float* __restrict__ states_out, int H, int has_h0, int store_ht)
 {
+    constexpr bool pf = false;
     // ---- sm_90a: the chain in registers (docs/kernel-notes.md, session 10). Warpgroup 0 keeps S^T
     // (64 value rows x 128 keys) as wgmma accumulators and runs the chain transposed,
     //   Vnew^T = U^T - S^T W^T,   S^T = S^T diag(gl) + Vnew^T Kd,
@@ -387,7 +390,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         };
 
         if (!kLocal) {
-            if (nc > 1) prefetch_chunk(c0 + 1);
             if (nc > 0) {
                 issue_k(c0);
                 issue_w(c0);
@@ -404,7 +406,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             if (kLocal) {
                 cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
             } else {
-                if (i + 2 < nc) prefetch_chunk(ci + 2);
                 cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
                 cake_fence_proxy_async();  // cp.async data -> wgmma's reads
                 cake_bar_sync(kBarWg0, 128);
@@ -590,7 +591,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_fence_proxy_async();
             cake_bar_arrive(kFullL, 256);
         };
-        if (nc > 1) prefetch_chunk(c0 + 1);
+        if (pf && nc > 1) prefetch_chunk(c0 + 1);
         if (nc > 0) {
             issue_k(c0);
             if (nc > 1) issue_k(c0 + 1);
@@ -601,7 +602,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 #pragma unroll 1
         for (int i = 0; i < nc; ++i) {
             const int ci = c0 + i;
-            if (i + 2 < nc) prefetch_chunk(ci + 2);
+            if (pf && i + 2 < nc) prefetch_chunk(ci + 2);
             if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
                 cake_bar_sync(kEmptyW, 256);
                 issue_w(ci + 1);

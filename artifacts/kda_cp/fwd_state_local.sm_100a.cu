@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:de0cb3980fa4b07f4cbb64dc85a1a39379ce5943dc8284b2d92ed0b3216a0129
+// identity: sha256:fa2ca31b17b0c69a9473da2ed4a382d9e94bb4eecc64d36ff331ae54ef2dc387
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -136,7 +136,9 @@ __device__ __forceinline__ void split_store(bool split, float* a, float* b, int 
 
 // Chunk wsi's inputs into L2 (128-byte lines, the two value blocks vb of a head taking every other
 // one): W, U, Qg, Kd (256 lines each), Aqk (128), gl (4); the local program skips Qg and Aqk, and U
-// when it is null.
+// when it is null. Only the local program's two-pass launches (has_h0 = 3) prefetch: measured on
+// the H200 (docs/notes.md, session 18), every other launch ran 3-13 % faster without it (1doc
+// fwd_state -6.2 %, m2 -12.9 %), the two-pass ones 6-10 % slower (R2, long, long4).
 __device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
                                                   const float* Kd, const float* Aqk, const float* gl,
                                                   long long wsi, int tid, int nthreads, int vb) {
@@ -169,6 +171,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     float* __restrict__ const states_out = both ? nullptr : states_out_arg;
     const int has_h0 = both ? (trans ? 2 : 0) : has_h0_arg;
     const int n = trans ? blockIdx.z - gridDim.z / 2 : blockIdx.z;  // the row of seq_chunks
+    const bool pf = both;  // chunk inputs prefetched into L2 (prefetch_chunk_l2)
     extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
     float* Ws = reinterpret_cast<float*>(smem);  // [64 tok][128 K]
     float* Qs = Ws + 64 * 128;                   // [64 tok][128 K]
@@ -270,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 
     if (kLocal && U == nullptr)
         for (int j = tid; j < 64 * 64; j += 256) Us[j] = 0.f;  // visible after the loop's first barrier
-    if (nc > 1) prefetch_chunk(c0 + 1);
+    if (pf && nc > 1) prefetch_chunk(c0 + 1);
     if (nc > 0) {
         issue_a(c0);
         cake_cp_async_commit();
@@ -293,9 +296,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     for (int i = 0; i < nc; ++i) {
         const int ci = c0 + i;
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
-        // Pull chunk i+2 into L2 now, so the cp.async groups of chunk i+1 (issued during this
-        // chunk) hit L2 instead of waiting on DRAM. The two value blocks of a head split the lines.
-        if (i + 2 < nc) prefetch_chunk(ci + 2);
+        // The two-pass local launches pull chunk i+2 into L2 now (prefetch_chunk_l2).
+        if (pf && i + 2 < nc) prefetch_chunk(ci + 2);
         cake_cp_async_wait<1>();
         __syncthreads();
         // The chunk's start state goes out two float2 stores per kp step of Phase 1, so the store

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:cb9aa5b8918223d1c41bd23d4de5d69beb57f2c92fa39c4d4a7b64a509f3a577
+// identity: sha256:d88ac073f205629eaf14eb22ba1fe88f669124be8ac9ff48cd8a74b7fe08d8ae
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -227,7 +227,9 @@ __device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) +
 
 // Chunk wsi's inputs into L2 (128-byte lines, the two value blocks vb of a head taking every other
 // one): W, U, Qg, Kd (256 lines each), Aqk (128), gl (4); the local program skips Qg and Aqk, and U
-// when it is null.
+// when it is null. Only the local program's two-pass launches (has_h0 = 3) prefetch: measured on
+// the H200 (docs/notes.md, session 18), every other launch ran 3-13 % faster without it (1doc
+// fwd_state -6.2 %, m2 -12.9 %), the two-pass ones 6-10 % slower (R2, long, long4).
 __device__ __forceinline__ void prefetch_chunk_l2(const float* W, const float* U, const float* Qg,
                                                   const float* Kd, const float* Aqk, const float* gl,
                                                   long long wsi, int tid, int nthreads, int vb) {
@@ -260,6 +262,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     float* __restrict__ const states_out = both ? nullptr : states_out_arg;
     const int has_h0 = both ? (trans ? 2 : 0) : has_h0_arg;
     const int n = trans ? blockIdx.z - gridDim.z / 2 : blockIdx.z;  // the row of seq_chunks
+    const bool pf = both;  // chunk inputs prefetched into L2 (prefetch_chunk_l2)
     // ---- sm_90a: the chain in registers (docs/kernel-notes.md, session 10). Warpgroup 0 keeps S^T
     // (64 value rows x 128 keys) as wgmma accumulators and runs the chain transposed,
     //   Vnew^T = U^T - S^T W^T,   S^T = S^T diag(gl) + Vnew^T Kd,
@@ -397,7 +400,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         };
 
         if (!kLocal) {
-            if (nc > 1) prefetch_chunk(c0 + 1);
             if (nc > 0) {
                 issue_k(c0);
                 issue_w(c0);
@@ -414,7 +416,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             if (kLocal) {
                 cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
             } else {
-                if (i + 2 < nc) prefetch_chunk(ci + 2);
                 cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
                 cake_fence_proxy_async();  // cp.async data -> wgmma's reads
                 cake_bar_sync(kBarWg0, 128);
@@ -600,7 +601,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_fence_proxy_async();
             cake_bar_arrive(kFullL, 256);
         };
-        if (nc > 1) prefetch_chunk(c0 + 1);
+        if (pf && nc > 1) prefetch_chunk(c0 + 1);
         if (nc > 0) {
             issue_k(c0);
             if (nc > 1) issue_k(c0 + 1);
@@ -611,7 +612,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 #pragma unroll 1
         for (int i = 0; i < nc; ++i) {
             const int ci = c0 + i;
-            if (i + 2 < nc) prefetch_chunk(ci + 2);
+            if (pf && i + 2 < nc) prefetch_chunk(ci + 2);
             if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
                 cake_bar_sync(kEmptyW, 256);
                 issue_w(ci + 1);
