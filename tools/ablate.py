@@ -37,11 +37,12 @@ NO_LOAD = [
 
 # fwd_state's serial chain alone: no loads, no state or o stores
 NO_STATES = [("if (states_out != nullptr) {  // precise rows", "if (false) {  // precise rows")]
+# o's staging in shared memory and its stores (so warpgroup 1's products go too)
+_O_STORE = "if (r < L)\n                    *reinterpret_cast<uint4*>(ob + r * orow + 8 * part)"
+_O_STAGE = "ostage[r * 32 + 4 * ((x >> 2) ^ (r & 7)) + t] = "
 NO_O = [
-    (
-        "if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
-        "if (false) *reinterpret_cast<unsigned int*>(ob + r * orow + col)",
-    )
+    (_O_STORE, _O_STORE.replace("if (r < L)", "if (false)")),
+    (_O_STAGE, "if (false) " + _O_STAGE),
 ]
 NO_WGMMA = [
     ("NOOP:", "#define cake_wgmma_n64(...) ((void)0)"),
@@ -285,7 +286,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "nopf": [NO_LOAD[1]],
         "noo": NO_O,
         # o's stores alone (warpgroup 1's products kept: t0 >= 0 is not known to the compiler)
-        "noostore": [(NO_O[0][0], NO_O[0][0].replace("if (r < L)", "if (r < L && t0 < 0)"))],
+        "noostore": [(_O_STORE, _O_STORE.replace("if (r < L)", "if (r < L && t0 < 0)"))],
         "nowgmma": NO_WGMMA,
         "chain": CHAIN,
         # the chain without one of its parts (what each costs of the serial path per chunk):

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:6f94464e744590b4dfb6e66f2d6e54d0ef5abe1e10b42499c39ba26fa7f4fa8b
+// identity: sha256:d5ced3c698b26a41cd5fc6f9f95b2ef8ea679c1f351f5d3b53a591760ce4450f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:65bcf790eba9bcdda2369c0021e82a3cc1c949bc47d40f071aabe68c0b790c05
+// identity: sha256:8a04514966eeed438b887d43eadfcf414cf81fbf73cf887b819ccbc46b8eba0a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

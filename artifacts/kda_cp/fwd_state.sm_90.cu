@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:ceae1d1fa7353e33c290009f15871c141472143ea5cf45d4ea230cc5e55c6ff7
+// identity: sha256:272252e026cbd2510059ee451056c338856510dc01c0b7bc2d9b39ca3047b8c0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

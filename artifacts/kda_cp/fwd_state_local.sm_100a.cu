@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:fa2ca31b17b0c69a9473da2ed4a382d9e94bb4eecc64d36ff331ae54ef2dc387
+// identity: sha256:e8843a54db00f354e8105db52310c6feee03b0577959e1eccb80a06231371570
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:04f517095fc48e772eae7c98a8a98bb3f3d9d0f80f096d3d1670f3edfa22f011
+// identity: sha256:bf8529914cbdf4dd61f31a718a910d46d3f5be167409a5de07b9cd4b67e564eb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

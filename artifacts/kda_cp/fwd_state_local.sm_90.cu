@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:de9b0dac4bd0f6aa91cf1bc0743d5b2d184acfe39f9a2a7a7665a5b3bbca8fd1
+// identity: sha256:daff33ed50b0539ec6869f4c0f40612b6af1f359b036b4520965cf39d1895910
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

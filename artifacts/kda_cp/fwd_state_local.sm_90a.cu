@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:7524e250c450ffcc61eee1283a5c37c70d09a9c803c52a24222b448a92d4e856
+// identity: sha256:16e94ace4d8ec2c3189d4b952356856e529959ba2689ed1b112773561f232521
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -581,16 +581,30 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_wgmma_commit();
             cake_wgmma_wait<0>();
             if (i + 1 < nc) cake_bar_arrive(kEmptyV, 256);
-            cake_bar_sync(kBarWg1, 128);  // every warp's Aqk Vnew is done: As is free
-            if (i + 1 < nc) issue_aqk(ci + 1);
-            cake_cp_async_commit();
+            // o through As (free once every warp's Aqk Vnew is done): each thread's bf16 pairs in,
+            // 16-byte chunk c4 of row r at chunk c4 ^ (r & 7) (conflict-free both ways), then whole
+            // 128-byte rows out, four 16-byte stores a thread where it took sixteen 4-byte ones
+            // over eight rows each (docs/notes.md, session 18). Aqk(i+1) is issued after.
+            unsigned int* const ostage = reinterpret_cast<unsigned int*>(As);
+            cake_bar_sync(kBarWg1, 128);
+#pragma unroll
+            for (int x = 0; x < 32; x += 2) {
+                const int r = row_of(x);
+                ostage[r * 32 + 4 * ((x >> 2) ^ (r & 7)) + t] = cake_pack_bf16x2(acc[x], acc[x + 1]);
+            }
+            cake_bar_sync(kBarWg1, 128);
             const long long orow = (long long)H * 128;
             unsigned short* ob = o + (long long)t0 * orow + h * 128 + vb * 64;
 #pragma unroll
-            for (int x = 0; x < 32; x += 2) {
-                const int r = row_of(x), col = col_of(x);
-                if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col) = cake_pack_bf16x2(acc[x], acc[x + 1]);
+            for (int k = 0; k < 4; ++k) {
+                const int c = tw + 128 * k, r = c >> 3, part = c & 7;
+                if (r < L)
+                    *reinterpret_cast<uint4*>(ob + r * orow + 8 * part) =
+                        *reinterpret_cast<const uint4*>(ostage + r * 32 + 4 * (part ^ (r & 7)));
             }
+            cake_bar_sync(kBarWg1, 128);  // every read of the staged o is done: As is free
+            if (i + 1 < nc) issue_aqk(ci + 1);
+            cake_cp_async_commit();
         }
         cake_cp_async_wait<0>();
     } else {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:3b796bf038364ff13275841d2d03c46bc9e8bbb4b90726f1f738d9af7428b1e6
+// identity: sha256:25bae6c3ebb37819633da77e7b305250d02b674f782f45428d59fe8baa5a8dd4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -571,16 +571,30 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_wgmma_commit();
             cake_wgmma_wait<0>();
             if (i + 1 < nc) cake_bar_arrive(kEmptyV, 256);
-            cake_bar_sync(kBarWg1, 128);  // every warp's Aqk Vnew is done: As is free
-            if (i + 1 < nc) issue_aqk(ci + 1);
-            cake_cp_async_commit();
+            // o through As (free once every warp's Aqk Vnew is done): each thread's bf16 pairs in,
+            // 16-byte chunk c4 of row r at chunk c4 ^ (r & 7) (conflict-free both ways), then whole
+            // 128-byte rows out, four 16-byte stores a thread where it took sixteen 4-byte ones
+            // over eight rows each (docs/notes.md, session 18). Aqk(i+1) is issued after.
+            unsigned int* const ostage = reinterpret_cast<unsigned int*>(As);
+            cake_bar_sync(kBarWg1, 128);
+#pragma unroll
+            for (int x = 0; x < 32; x += 2) {
+                const int r = row_of(x);
+                ostage[r * 32 + 4 * ((x >> 2) ^ (r & 7)) + t] = cake_pack_bf16x2(acc[x], acc[x + 1]);
+            }
+            cake_bar_sync(kBarWg1, 128);
             const long long orow = (long long)H * 128;
             unsigned short* ob = o + (long long)t0 * orow + h * 128 + vb * 64;
 #pragma unroll
-            for (int x = 0; x < 32; x += 2) {
-                const int r = row_of(x), col = col_of(x);
-                if (r < L) *reinterpret_cast<unsigned int*>(ob + r * orow + col) = cake_pack_bf16x2(acc[x], acc[x + 1]);
+            for (int k = 0; k < 4; ++k) {
+                const int c = tw + 128 * k, r = c >> 3, part = c & 7;
+                if (r < L)
+                    *reinterpret_cast<uint4*>(ob + r * orow + 8 * part) =
+                        *reinterpret_cast<const uint4*>(ostage + r * 32 + 4 * (part ^ (r & 7)));
             }
+            cake_bar_sync(kBarWg1, 128);  // every read of the staged o is done: As is free
+            if (i + 1 < nc) issue_aqk(ci + 1);
+            cake_cp_async_commit();
         }
         cake_cp_async_wait<0>();
     } else {

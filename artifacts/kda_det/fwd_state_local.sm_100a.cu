@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:8d23f9887e34b6bb74848c461e8ccab5c9934ec676c263ba3a30fe40b9c4c769
+// identity: sha256:817519fb0edada020d71b13ec524665c45be53cb233542b2fe4bd6e4efc55d92
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

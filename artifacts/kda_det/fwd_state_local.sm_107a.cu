@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:9f0a7fb72b79f2a50e4870b6706e5f587a66b853d421bbd44f54c6dcdd5a8015
+// identity: sha256:a96efa300fbe82f7281ca8bd65c184f5663af39ebe13f62fa4cd9bbc7058ffcd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
