@@ -468,6 +468,27 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     "bwd_chunk.gate-g.l2n-off.sm_90a": {
         "nopf": [NO_LOAD[1]],
+        # every block reads its head's first chunk (L2 hits; its own rows are still written):
+        # what the DRAM side of its ~290 KB of inputs costs
+        "l2in": [
+            (
+                "const long long ws = (long long)c * H + h;",
+                "const long long ws = (long long)c * H + h;\n"
+                "    const long long rd_base = (long long)h * 128, rws = (long long)h;",
+            ),
+            (
+                "in_base + (ok ? (long long)r * tok_stride + ch * 8",
+                "rd_base + (ok ? (long long)r * tok_stride + ch * 8",
+            ),
+            (
+                "G + in_base + (long long)rs * tok_stride",
+                "G + rd_base + (long long)rs * tok_stride",
+            ),
+        ]
+        + [
+            (f"{t} + ws * {n}", f"{t} + rws * {n}")
+            for t, n in (("dVn", 8192), ("TA", 4096), ("states", 16384), ("dS_end", 16384))
+        ],
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
         # S_c and dS_end at half their DRAM bytes (rows 64..127 read rows 0..63's lines again, from
         # L2): what 16-bit states and dS_end would give bwd_chunk, their widening not counted
