@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:8f069fb2ed5ed99f34d53d0cc3a59ba8dceee3b44318c786a9beeedc9fba1574
+// identity: sha256:f9df2ca3e87c9bf64a06b6237e0e240ab51b737107fea94517389d2eca496077
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1247,35 +1247,33 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
         }
         __syncthreads();
-        // dq, dk (through the L2 norm: r (dy - y (y . dy))), bf16.
+        // dq, dk (through the L2 norm: r (dy - y (y . dy))), bf16, row by row: task = (row i, four
+        // columns 4 u .. 4 u + 3), a warp one whole row (32 conflict-free 16-byte reads of RC and
+        // of DK, two 256-byte runs of stores) where each thread's 2 x 2-column pieces of 8 rows had
+        // each warp store 16 bytes into 8 rows at a time. The same operations on each element.
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-            const int i = hr == 0 ? i0 : i1;
+        for (int m = 0; m < 4; ++m) {
+            const int task = tid + 512 * m, i = task >> 5, u = task & 31;
             if (i >= L) continue;
             float dotq = 0.f, dotk = 0.f;
             if (kL2Norm) {
                 dotq = ((sc[SC_DOT + i] + sc[SC_DOT + 64 + i]) + sc[SC_DOT + 128 + i]) + sc[SC_DOT + 192 + i];
                 dotk = ((sc[SC_DOT + 256 + i] + sc[SC_DOT + 320 + i]) + sc[SC_DOT + 384 + i]) + sc[SC_DOT + 448 + i];
             }
+            const float4 dq4 = ldf4(RC, fx<128>(i, 4 * u)), dk4 = ldf4(DK, fx<128>(i, 4 * u));
+            float a[4] = {dq4.x, dq4.y, dq4.z, dq4.w}, b[4] = {dk4.x, dk4.y, dk4.z, dk4.w};
+            if (kL2Norm) {
+                const float r_q = rq[i], r_k = rk[i];
+                const float4 y4 = ld4_bf16(qs, i, u), z4 = ld4_bf16(ks, i, u);
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const int col = 32 * cq + 8 * ni + 2 * t;
-                const float2 dq2 = *reinterpret_cast<const float2*>(RC + fx<128>(i, col));
-                float a0 = dq2.x, a1 = dq2.y;
-                const float2 dk2 = *reinterpret_cast<const float2*>(DK + fx<128>(i, col));
-                float c0 = dk2.x, c1 = dk2.y;
-                if (kL2Norm) {
-                    const float r_q = rq[i], r_k = rk[i];
-                    const float2 y2 = ld2_bf16(qs, i, col), z2 = ld2_bf16(ks, i, col);
-                    a0 = r_q * (a0 - y2.x * r_q * dotq);
-                    a1 = r_q * (a1 - y2.y * r_q * dotq);
-                    c0 = r_k * (c0 - z2.x * r_k * dotk);
-                    c1 = r_k * (c1 - z2.y * r_k * dotk);
+                for (int e = 0; e < 4; ++e) {
+                    a[e] = r_q * (a[e] - g4(y4, e) * r_q * dotq);
+                    b[e] = r_k * (b[e] - g4(z4, e) * r_k * dotk);
                 }
-                const long long o = in_base + (long long)i * tok_stride + col;
-                *reinterpret_cast<unsigned int*>(dq_out + o) = cake_pack_bf16x2(a0, a1);
-                *reinterpret_cast<unsigned int*>(dk_out + o) = cake_pack_bf16x2(c0, c1);
             }
+            const long long o = in_base + (long long)i * tok_stride + 4 * u;
+            *reinterpret_cast<uint2*>(dq_out + o) = make_uint2(cake_pack_bf16x2(a[0], a[1]), cake_pack_bf16x2(a[2], a[3]));
+            *reinterpret_cast<uint2*>(dk_out + o) = make_uint2(cake_pack_bf16x2(b[0], b[1]), cake_pack_bf16x2(b[2], b[3]));
         }
         if (tid < L) {
             float s = ((dbs[tid] + dbs[64 + tid]) + dbs[128 + tid]) + dbs[192 + tid];
