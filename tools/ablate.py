@@ -232,6 +232,76 @@ def _halve_loop(loop: str) -> tuple[str, str]:
     return loop, loop[: bound.start()] + f"< {n // 2};" + loop[bound.end() :]
 
 
+# One input of kda_fwd_state (Kd^T, both buffers) through the TMA path: one cp.async.bulk of the
+# whole 32 KB tile by one thread, completion on an mbarrier a buffer (in the free shared memory
+# after gl), in place of 16 cp.async a thread. The tile lands unpermuted (wrong layout, the same
+# bytes): what the LSU path of the copies costs next to the bulk engine's (docs/notes.md, session 18).
+_TMA_HELPERS = """
+__device__ __forceinline__ void abl_mbar_init(unsigned long long* mb) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(cake_smem_addr(mb)) : "memory");
+}
+__device__ __forceinline__ void abl_bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* mb) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(cake_smem_addr(mb)), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(cake_smem_addr(dst)), "l"(src), "r"(bytes), "r"(cake_smem_addr(mb)) : "memory");
+}
+__device__ __forceinline__ void abl_mbar_wait(unsigned long long* mb, unsigned parity) {
+    unsigned ok = 0;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(ok) : "r"(cake_smem_addr(mb)), "r"(parity) : "memory");
+    } while (!ok);
+}
+"""
+FWD_TMA_KD = [
+    ("NOOP:", _TMA_HELPERS),
+    (
+        """    auto issue_k = [&](int ci) {  // Kd^T rows rk + 8i -> pk row pkinv(rk) + 8i
+        const float* src = Kd + ((long long)ci * H + h) * 8192 + gK;
+        float* dst = Ks + 8192 * ((ci - c0) & 1) + sK;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);
+    };""",
+        """    unsigned long long* const kmb = reinterpret_cast<unsigned long long*>(Gs + 128);
+    auto issue_k = [&](int ci) {
+        if (tw == 0)
+            abl_bulk_load(Ks + 8192 * ((ci - c0) & 1), Kd + ((long long)ci * H + h) * 8192, 32768, kmb + ((ci - c0) & 1));
+    };""",
+    ),
+    (
+        """        if (!kLocal) {
+            if (nc > 0) {
+                issue_k(c0);""",
+        """        if (tw == 0) {
+            abl_mbar_init(kmb);
+            abl_mbar_init(kmb + 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        cake_bar_sync(kBarWg0, 128);
+        if (!kLocal) {
+            if (nc > 0) {
+                issue_k(c0);""",
+    ),
+    (
+        "cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)",
+        "abl_mbar_wait(kmb + (i & 1), (i >> 1) & 1);\n                cake_cp_async_wait<0>();",
+    ),
+]
+# the copies all kept, their waits only every fourth chunk (wrong data, the same traffic): what the
+# per-chunk cp.async waits cost apart from the copies
+FWD_FEW_WAITS = [
+    (f"cake_cp_async_wait<{n}>();  {c}", f"if ((i & 3) == 0) cake_cp_async_wait<{n}>();  {c}")
+    for n, c in ((1, "// Qg(i)"), (1, "// Aqk(i)"))
+] + [("cake_cp_async_wait<0>();   // W(i)", "if ((i & 3) == 0) cake_cp_async_wait<0>();   // W(i)")]
+BWD_FEW_WAITS = [
+    (
+        f"cake_cp_async_wait<1>();  // group {g}",
+        f"if ((i & 3) == 0) cake_cp_async_wait<1>();  // group {g}",
+    )
+    for g in "AB"
+]
+
+
 # per program (package-independent name), ablation name -> replacements
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
@@ -266,6 +336,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("gl, (long long)ci * H + h, tw", "gl, (long long)c0 * H + h, tw"),
         ],
         "halfloads": FWD_HALF_LOADS + FWD_HALF_LOADS_O,
+        "tmakd": FWD_TMA_KD,
+        "fewwaits": FWD_FEW_WAITS,
         # one input's copies left out (its tile stays stale): whose load latency the chain waits on
         **{
             "no" + name: [(copy, "(void)0;")]
@@ -395,6 +467,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);", "(void)0;"),
         ],
         "noqg": [("cake_cp_async16(Qs + sB + 1024 * i, Qg + base + 1024 * i, 16);", "(void)0;")],
+        "fewwaits": BWD_FEW_WAITS,
         "now": [("cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);", "(void)0;")],
         # dS_end stored on chunk c0's slot for every chunk (L2 hits): its DRAM bytes alone
         "l2ds": [
