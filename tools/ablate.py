@@ -302,6 +302,24 @@ BWD_FEW_WAITS = [
 ]
 
 
+# What the raw gates add to kda_bwd_chunk: the epilogue's dx / dA_log / ddt_bias work (nodx: dg
+# stored as the g form stores it), and the activation inside the Gamma the fused programs form
+# (nogact: the log gate taken as the input itself)
+_NO_DX = [
+    (
+        "            if (kGate == 0) {\n                store_dx(dg_out + o, dgv);",
+        "            if (true) {\n                store_dx(dg_out + o, dgv);",
+    )
+]
+_RAW_BWD = {
+    "gate-sigmoid.x-fp32.l2n-off": {"nodx": _NO_DX},
+    "gate-sigmoid.x-fp32.l2n-fused": {
+        "nodx": _NO_DX,
+        "nogact": [("cake_gamma_add<kGate>(acc, *p,", "cake_gamma_add<0>(acc, *p,")],
+    },
+}
+
+
 # per program (package-independent name), ablation name -> replacements
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
@@ -510,7 +528,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     # kda_bwd_chunk's L2 prefetches (dS_end in phase 0; the raw gate input x in phase 6) left out
     **{
-        f"bwd_chunk.{form}.sm_90a": {"nopf": [NO_LOAD[1]]}
+        f"bwd_chunk.{form}.sm_90a": {"nopf": [NO_LOAD[1]], **_RAW_BWD.get(form, {})}
         for form in (
             "gate-sigmoid.x-fp32.l2n-off",
             "gate-sigmoid.x-fp32.l2n-fused",
