@@ -30,10 +30,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 HEADERS_END = "// ---- end cake/"
-NO_LOAD = [
-    ("NOOP:", "#define cake_cp_async16(d, s, n) ((void)0)"),
-    ("NOOP:", "#define cake_prefetch_l2(p) ((void)0)"),
-]
+NO_PREFETCH = [("NOOP:", "#define cake_prefetch_l2(p) ((void)0)")]
+NO_LOAD = [("NOOP:", "#define cake_cp_async16(d, s, n) ((void)0)"), *NO_PREFETCH]
 
 # fwd_state's serial chain alone: no loads, no state or o stores
 NO_STATES = [("if (states_out != nullptr) {  // precise rows", "if (false) {  // precise rows")]
@@ -49,6 +47,26 @@ NO_WGMMA = [
     ("NOOP:", "#define cake_wgmma_n64_rs(...) ((void)0)"),
 ]
 CHAIN = NO_LOAD + NO_STATES + NO_O
+
+# Each state pass's cp.async of one input (one line of its issue loop), to leave out by name.
+_FWD_COPIES = {
+    "w": "cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);",
+    "kd": "cake_cp_async16(dst + 256 * i, src + 512 * i, 16);",
+    "u": "cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);",
+    "qg": "cake_cp_async16(Qs + ((i & 1) ? sQ1 : sQ0) + 256 * (i >> 1), src + 512 * i, 16);",
+    "aqk": "cake_cp_async16(As + sA + 256 * i, src + 512 * i, 16);",
+}
+_BWD_COPIES = {
+    "kd": "cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gK + 1024 * i, 16);",
+    "aqk": "cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gK + 1024 * i, 16);",
+    "qg": "cake_cp_async16(Qs + sB + 1024 * i, Qg + base + 1024 * i, 16);",
+    "w": "cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);",
+}
+
+
+def _skip_copies(copies: dict[str, str], *names: str) -> list[tuple[str, str]]:
+    return [(copies[n], "(void)0;") for n in names]
+
 
 # the tiles both value blocks of a head read (W, Kd^T, Qg, Aqk), each block copying only every
 # other piece: the shared-memory fill traffic of a 2-block cluster whose blocks each load half and
@@ -287,19 +305,22 @@ FWD_TMA_KD = [
         "abl_mbar_wait(kmb + (i & 1), (i >> 1) & 1);\n                cake_cp_async_wait<0>();",
     ),
 ]
+
+
 # the copies all kept, their waits only every fourth chunk (wrong data, the same traffic): what the
 # per-chunk cp.async waits cost apart from the copies
-FWD_FEW_WAITS = [
-    (f"cake_cp_async_wait<{n}>();  {c}", f"if ((i & 3) == 0) cake_cp_async_wait<{n}>();  {c}")
-    for n, c in ((1, "// Qg(i)"), (1, "// Aqk(i)"))
-] + [("cake_cp_async_wait<0>();   // W(i)", "if ((i & 3) == 0) cake_cp_async_wait<0>();   // W(i)")]
-BWD_FEW_WAITS = [
-    (
-        f"cake_cp_async_wait<1>();  // group {g}",
-        f"if ((i & 3) == 0) cake_cp_async_wait<1>();  // group {g}",
-    )
-    for g in "AB"
-]
+def _every_fourth(*waits: str) -> list[tuple[str, str]]:
+    return [(w, "if ((i & 3) == 0) " + w) for w in waits]
+
+
+FWD_FEW_WAITS = _every_fourth(
+    "cake_cp_async_wait<1>();  // Qg(i)",
+    "cake_cp_async_wait<1>();  // Aqk(i)",
+    "cake_cp_async_wait<0>();   // W(i)",
+)
+BWD_FEW_WAITS = _every_fourth(
+    "cake_cp_async_wait<1>();  // group A", "cake_cp_async_wait<1>();  // group B"
+)
 
 
 # What the raw gates add to kda_bwd_chunk: the epilogue's dx / dA_log / ddt_bias work (nodx: dg
@@ -357,23 +378,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "tmakd": FWD_TMA_KD,
         "fewwaits": FWD_FEW_WAITS,
         # one input's copies left out (its tile stays stale): whose load latency the chain waits on
-        **{
-            "no" + name: [(copy, "(void)0;")]
-            for name, copy in (
-                (
-                    "w",
-                    "cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);",
-                ),
-                ("kd", "cake_cp_async16(dst + 256 * i, src + 512 * i, 16);"),
-                ("u", "cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);"),
-                (
-                    "qg",
-                    "cake_cp_async16(Qs + ((i & 1) ? sQ1 : sQ0) + 256 * (i >> 1), src + 512 * i, 16);",
-                ),
-                ("aqk", "cake_cp_async16(As + sA + 256 * i, src + 512 * i, 16);"),
-            )
-        },
-        "nopf": [NO_LOAD[1]],
+        **{"no" + name: _skip_copies(_FWD_COPIES, name) for name in _FWD_COPIES},
+        "nopf": NO_PREFETCH,
         "noo": NO_O,
         # o's stores alone (warpgroup 1's products kept: t0 >= 0 is not known to the compiler)
         "noostore": [(_O_STORE, _O_STORE.replace("if (r < L)", "if (r < L && t0 < 0)"))],
@@ -469,24 +475,12 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             )
             for n, t, o in ((8, "Ks", "sK"), (4, "As", "sK"), (8, "Qs", "sB"), (8, "Ws", "sB"))
         ],
-        # one group's copies left out: Kd^T and Aqk (group a), Qg and W (group b)
-        "noa": [
-            (
-                "cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gK + 1024 * i, 16);",
-                "(void)0;",
-            ),
-            (
-                "cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gK + 1024 * i, 16);",
-                "(void)0;",
-            ),
-        ],
-        "nob": [
-            ("cake_cp_async16(Qs + sB + 1024 * i, Qg + base + 1024 * i, 16);", "(void)0;"),
-            ("cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);", "(void)0;"),
-        ],
-        "noqg": [("cake_cp_async16(Qs + sB + 1024 * i, Qg + base + 1024 * i, 16);", "(void)0;")],
+        # one group's copies left out: Kd^T and Aqk (group a), Qg and W (group b); or one tile
+        "noa": _skip_copies(_BWD_COPIES, "kd", "aqk"),
+        "nob": _skip_copies(_BWD_COPIES, "qg", "w"),
+        "noqg": _skip_copies(_BWD_COPIES, "qg"),
+        "now": _skip_copies(_BWD_COPIES, "w"),
         "fewwaits": BWD_FEW_WAITS,
-        "now": [("cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);", "(void)0;")],
         # dS_end stored on chunk c0's slot for every chunk (L2 hits): its DRAM bytes alone
         "l2ds": [
             (
@@ -524,11 +518,11 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state_local.sm_90a": {  # kda_cp only: the local passes
         "noprecise": NO_PRECISE,
         "halfloads": FWD_HALF_LOADS,
-        "nopf": [NO_LOAD[1]],
+        "nopf": NO_PREFETCH,
     },
     # kda_bwd_chunk's L2 prefetches (dS_end in phase 0; the raw gate input x in phase 6) left out
     **{
-        f"bwd_chunk.{form}.sm_90a": {"nopf": [NO_LOAD[1]], **_RAW_BWD.get(form, {})}
+        f"bwd_chunk.{form}.sm_90a": {"nopf": NO_PREFETCH, **_RAW_BWD.get(form, {})}
         for form in (
             "gate-sigmoid.x-fp32.l2n-off",
             "gate-sigmoid.x-fp32.l2n-fused",
@@ -558,7 +552,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
     },
     "bwd_chunk.gate-g.l2n-off.sm_90a": {
-        "nopf": [NO_LOAD[1]],
+        "nopf": NO_PREFETCH,
         # every block reads its head's first chunk (L2 hits; its own rows are still written):
         # what the DRAM side of its ~290 KB of inputs costs
         "l2in": [

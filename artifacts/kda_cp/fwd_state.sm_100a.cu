@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:d5ced3c698b26a41cd5fc6f9f95b2ef8ea679c1f351f5d3b53a591760ce4450f
+// identity: sha256:46f7d538e3e0fc521bd3c855edb470620cb0e0656e5a1f80f9fbffe46c0d7e61
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:d5bbec9101b7f7f879478ba36c725e71ba3c712a9a15654bb6b3197829dde49b
+// identity: sha256:ef014a9023b07c021eca493400eb166baf171b86815f3f75224d4a75878e84ac
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

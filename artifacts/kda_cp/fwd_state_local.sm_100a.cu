@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:e8843a54db00f354e8105db52310c6feee03b0577959e1eccb80a06231371570
+// identity: sha256:a43cfe74d7567e9cb4b7e23dd157d004f92ac1e084f8cc6fb3e42ee32bfcb62b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

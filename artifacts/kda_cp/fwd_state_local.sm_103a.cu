@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:4f07006757028bd1b5d894c538e668c796a28169ca1b6c40566a7c6087ad2d68
+// identity: sha256:8da874dc7e2ef6c39bc26373945aad96c3d1a92e8428b41f6f9afbd7c22c8fb1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:e7a65cee4f576952de57bda1d5c8f77da65d6f4626a40a63e0c8d899d66cf880
+// identity: sha256:fe442f5407589bba964f2a541a5789146521cb98e981a2b1211ed67c65f14b01
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

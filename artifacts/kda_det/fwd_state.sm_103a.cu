@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:18d8c1612a22d88d8e32e9a3633f0be46eda96e8b0b486d046cd5a72cbdd0abe
+// identity: sha256:2cb684c559c50f9070af50994e8b25b9e5ad268fcda01a43ef9436efc63caded
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:a96efa300fbe82f7281ca8bd65c184f5663af39ebe13f62fa4cd9bbc7058ffcd
+// identity: sha256:9bc1ef892cdd87aa06c9e098ed43947f3b71088fb9aa7d85640825a87ad9bf9c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:09e01b3c0ad5ce0d53ff20d5c02160676b87a6f0f51110842fde9d07ab82dfc4
+// identity: sha256:929d7e7149a1fdedec2074fc22d49d86826005a12af93095441b769052dad516
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:48725bffe97665e30abf1790179a64356875a24cb157f0eae769252f8ed1b9a6
+// identity: sha256:debc4bdc609cef962b79ff77a3a8fbc987b25b855aee162f06b5f134a7ef8c61
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -295,9 +295,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
     const bool split = __shfl_sync(0xffffffffu, int(precise != nullptr && precise[n] != 0), 0) != 0;  // block-uniform
     // Accumulator x of an m64n64 product: row 16 w + g (+ 8 for x & 2), column 8 (x >> 2) + 2 t +
-    // (x & 1); the column holds index pcol(x) of a pk-ordered B (col_of(x) of a naturally ordered one).
+    // (x & 1); the column holds index pcol(x) of a pk-ordered B (that column of a naturally ordered one).
     auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
-    auto col_of = [&](int x) { return 8 * (x >> 2) + 2 * t + (x & 1); };
     auto pcol = [&](int x) { return 8 * (x >> 2) + t + 4 * (x & 1); };
     // Named barriers: warpgroup 0 / 1 internal, and warpgroup 0 -> 1 hand-offs of S^T and Vnew^T.
     constexpr int kBarWg0 = 1, kBarWg1 = 2, kFullS = 3, kEmptyS = 4, kFullV = 5, kEmptyV = 6;
@@ -581,10 +580,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_wgmma_commit();
             cake_wgmma_wait<0>();
             if (i + 1 < nc) cake_bar_arrive(kEmptyV, 256);
-            // o through As (free once every warp's Aqk Vnew is done): each thread's bf16 pairs in,
-            // 16-byte chunk c4 of row r at chunk c4 ^ (r & 7) (conflict-free both ways), then whole
-            // 128-byte rows out, four 16-byte stores a thread where it took sixteen 4-byte ones
-            // over eight rows each (docs/notes.md, session 18). Aqk(i+1) is issued after.
+            // o through As (free once every warp's Aqk Vnew is done): each thread's bf16 pairs in
+            // (columns 8 (x >> 2) + 2 t, + 1: word t of 16-byte chunk x >> 2), chunk c4 of row r at
+            // c4 ^ (r & 7) (conflict-free both ways), then whole 128-byte rows out, four 16-byte
+            // stores a thread where it took sixteen 4-byte ones over eight rows each (docs/notes.md,
+            // session 18). Aqk(i+1) is issued after.
             unsigned int* const ostage = reinterpret_cast<unsigned int*>(As);
             cake_bar_sync(kBarWg1, 128);
 #pragma unroll
