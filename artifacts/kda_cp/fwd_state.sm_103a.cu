@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:231458b5f1cc63b781b421e1719829294c3babfc7c5c2262431429ee99ef40c9
+// identity: sha256:8b71baaa172e061e58bb8246f4553830c1a7bfd39afea3230677bd632ac6fb2f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:ef014a9023b07c021eca493400eb166baf171b86815f3f75224d4a75878e84ac
+// identity: sha256:2a1fbdbde412d1b6496589f345ac6d2edf858f3fa19063d85807872b0c0209a6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:8da874dc7e2ef6c39bc26373945aad96c3d1a92e8428b41f6f9afbd7c22c8fb1
+// identity: sha256:3c7adcfe1e51ea58858278546da6e9ecb05caeb106b5056b00fe06ac06a98a1d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:e014a32d98ce160db85828884bddf2ebd0f6dafc08c3aeefbc1026b867066856
+// identity: sha256:2fa0b37bdcc73118da4ef712c599c19da89a750d720526f56fed22d5d9850253
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:fe442f5407589bba964f2a541a5789146521cb98e981a2b1211ed67c65f14b01
+// identity: sha256:22d9a6a109f12883acfdfda24e070f380af396d27ef3292afce9924de108c601
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:2cb684c559c50f9070af50994e8b25b9e5ad268fcda01a43ef9436efc63caded
+// identity: sha256:5dfbc6414f5bd5d0f46533b0f282499af528ac8578f1723df46d62cb204300be
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

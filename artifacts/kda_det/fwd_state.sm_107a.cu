@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:c001f6caa2698b6baeb15d4fe2701e0bbbac0dd5bcb984b7d0082cbcca71ba58
+// identity: sha256:a3f920eb25a2d149d94ef81cd0a2b6c25ccade45b638a44f67cf74d8b718eab9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

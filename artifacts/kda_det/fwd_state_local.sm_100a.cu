@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:43ba39779d9b9f7fd4742960fa9152ab5f4c855d9b2958408baef04a4b61fa92
+// identity: sha256:6c9ff956a6348edf5b5f647abc05e70e86888071a5ad55a9ec040e1acfa30db3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

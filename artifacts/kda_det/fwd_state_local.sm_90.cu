@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:929d7e7149a1fdedec2074fc22d49d86826005a12af93095441b769052dad516
+// identity: sha256:bb20113408296073d0419e33c2e1628b2657446322400c8e4d34fc43b238ac7f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:debc4bdc609cef962b79ff77a3a8fbc987b25b855aee162f06b5f134a7ef8c61
+// identity: sha256:300254090dcddc992a9617406164073cf10b7049eeff0ab1b342c8c06374a53a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -215,6 +215,12 @@ __device__ __forceinline__ void cake_bar_arrive(int id, int n) {
 
 namespace {
 
+// A block's precise-rows setting as a type: the chain is compiled once for each.
+template <bool B>
+struct Precise {
+    static constexpr bool value = B;
+};
+
 // fwd_state_local (kda_cp): the local passes of long sequences; fwd_state: everything else.
 constexpr bool kLocal = true;
 
@@ -293,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     const int g = (tid & 31) >> 2, t = tid & 3;
     const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
     const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
-    const bool split = __shfl_sync(0xffffffffu, int(precise != nullptr && precise[n] != 0), 0) != 0;  // block-uniform
+    const bool split_rows = __shfl_sync(0xffffffffu, int(precise != nullptr && precise[n] != 0), 0) != 0;  // block-uniform
     // Accumulator x of an m64n64 product: row 16 w + g (+ 8 for x & 2), column 8 (x >> 2) + 2 t +
     // (x & 1); the column holds index pcol(x) of a pk-ordered B (that column of a naturally ordered one).
     auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
@@ -408,122 +414,130 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
         frag_s();
 
+        // The chain, compiled once per setting of the precise rows (kPrecise: S and Vnew as TF32
+        // hi + lo): the common program then keeps no lo fragments live, and fits 255 registers
+        // without spills under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
+        auto chain = [&](auto precise_rows) {
+            constexpr bool split = decltype(precise_rows)::value;
 #pragma unroll 1
-        for (int i = 0; i < nc; ++i) {
-            const int ci = c0 + i;
-            const float* Kc = Ks + 8192 * (i & 1);
-            if (kLocal) {
-                cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
-            } else {
-                cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
-                cake_fence_proxy_async();  // cp.async data -> wgmma's reads
-                cake_bar_sync(kBarWg0, 128);
-                if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
-                cake_cp_async_commit();
-            }
-
-            // Vnew^T = U^T - S^T W^T: acc = S^T W^T first (precise rows: hi, then lo).
-            float VA[32];
-#pragma unroll
-            for (int x = 0; x < 32; ++x) VA[x] = 0.f;
-            auto product_sw = [&](int acc0) {
-                cake_wgmma_fence();
-#pragma unroll
-                for (int s = 0; s < 16; ++s) {
-                    const unsigned int* f = FS[s >> 3] + 4 * (s & 7);
-                    const unsigned int a[4] = {f[0], f[2], f[1], f[3]};
-                    cake_wgmma_n64_rs(VA, a, cake_wg_desc_at<64>(dlo(Ws), 0, s), s > 0 || acc0);
+            for (int i = 0; i < nc; ++i) {
+                const int ci = c0 + i;
+                const float* Kc = Ks + 8192 * (i & 1);
+                if (kLocal) {
+                    cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
+                } else {
+                    cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
+                    cake_fence_proxy_async();  // cp.async data -> wgmma's reads
+                    cake_bar_sync(kBarWg0, 128);
+                    if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
+                    cake_cp_async_commit();
                 }
-                cake_wgmma_commit();
-            };
-            product_sw(0);
-            if (split) {  // FS may change only once the hi pass has read it
-                cake_wgmma_wait<0>();
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-                    for (int x = 0; x < 32; ++x) FS[hf][x] = cake_tf32(ST[hf][x] - __uint_as_float(FS[hf][x]));
-                product_sw(1);
-            }
-            // While it runs: the chunk's start state out, and its TF32 copy for warpgroup 1.
-            if (states_out != nullptr) {  // precise rows: the shuffles slowed R2 by 13 % (session 10)
-                float* dst = states_out + ((long long)ci * H + h) * 16384 + vb * 64;
-                if (split) store_global(dst);
-                else store_states(dst);
-            }
-            if (!kLocal) {
-                // Precise rows: S^T's copy only once the lo pass is done. Stored while it ran, ptxas
-                // gave the copy's conversions the registers of the lo pass's A operands, still
-                // being read by the tensor cores: o came out wrong on the H200 (docs/notes.md,
-                // session 10; tests/test_compile.py scans the SASS for such writes). The hi-only
-                // rows overlap it safely: their A registers stay live (the copy reads them).
-                if (split) cake_wgmma_wait<0>();
-                if (i > 0) cake_bar_sync(kEmptyS, 256);  // warpgroup 1's Qg S of chunk i-1 is done
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-                    for (int x = 0; x < 32; ++x)
-                        St[cake_wg_idx<64>(row_of(x), 64 * hf + pcol(x))] = __uint_as_float(split ? cake_tf32(ST[hf][x]) : FS[hf][x]);
-                cake_fence_proxy_async();
-                cake_bar_arrive(kFullS, 256);
-            }
-            cake_wgmma_wait<0>();
-            if (kLocal) {
-                if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
-            } else {
-                cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
-                if (i + 1 < nc) issue_w(ci + 1);
-            }
 
-            // Vnew and its A fragments (hi; precise rows: then lo, a second pass), S^T scaled by gl.
-            unsigned int FV[32];
+                // Vnew^T = U^T - S^T W^T: acc = S^T W^T first (precise rows: hi, then lo).
+                float VA[32];
 #pragma unroll
-            for (int x = 0; x < 32; ++x) {
-                VA[x] = Us[el64(pcol(x), row_of(x))] - VA[x];
-                FV[x] = cake_tf32(VA[x]);
-            }
+                for (int x = 0; x < 32; ++x) VA[x] = 0.f;
+                auto product_sw = [&](int acc0) {
+                    cake_wgmma_fence();
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-                for (int x = 0; x < 32; ++x) ST[hf][x] *= Gs[64 * hf + pcol(x)];
-            if (!kLocal) {
-                if (i > 0) cake_bar_sync(kEmptyV, 256);  // warpgroup 1's Aqk Vnew of chunk i-1 is done
-#pragma unroll
-                for (int x = 0; x < 32; ++x) Vt[cake_wg_idx<64>(row_of(x), pcol(x))] = __uint_as_float(FV[x]);
-                cake_fence_proxy_async();
-                cake_bar_arrive(kFullV, 256);
-            }
-
-            // S^T = S^T diag(gl) + Vnew^T Kd: two m64n64 halves of the keys (precise rows: hi, then
-            // lo from registers of their own, one group; a wait between the passes, as for S^T's
-            // fragments, makes ptxas serialize the local program's wgmma, C7512).
-            unsigned int FV2[32];
-#pragma unroll
-            for (int x = 0; x < 32; ++x) FV2[x] = split ? cake_tf32(VA[x] - __uint_as_float(FV[x])) : 0u;
-            auto product_vk = [&](const unsigned int (&F)[32]) {
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf)
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        const unsigned int a[4] = {F[4 * j], F[4 * j + 2], F[4 * j + 1], F[4 * j + 3]};
-                        cake_wgmma_n64_rs(ST[hf], a, cake_wg_desc_at<128>(dlo(Kc), 64 * hf, j), 1);
+                    for (int s = 0; s < 16; ++s) {
+                        const unsigned int* f = FS[s >> 3] + 4 * (s & 7);
+                        const unsigned int a[4] = {f[0], f[2], f[1], f[3]};
+                        cake_wgmma_n64_rs(VA, a, cake_wg_desc_at<64>(dlo(Ws), 0, s), s > 0 || acc0);
                     }
-            };
-            cake_wgmma_fence();
-            product_vk(FV);
-            if (split) product_vk(FV2);
-            cake_wgmma_commit();
-            if (kLocal) {
-                if (i + 1 < nc) cake_bar_arrive(kEmptyUG, 256);  // this warp's reads of Us and Gs are done
-            } else {
-                cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
-                if (i + 1 < nc) issue_ug(ci + 1);
-                cake_cp_async_commit();
+                    cake_wgmma_commit();
+                };
+                product_sw(0);
+                if (split) {  // FS may change only once the hi pass has read it
+                    cake_wgmma_wait<0>();
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                        for (int x = 0; x < 32; ++x) FS[hf][x] = cake_tf32(ST[hf][x] - __uint_as_float(FS[hf][x]));
+                    product_sw(1);
+                }
+                // While it runs: the chunk's start state out, and its TF32 copy for warpgroup 1.
+                if (states_out != nullptr) {  // precise rows: the shuffles slowed R2 by 13 % (session 10)
+                    float* dst = states_out + ((long long)ci * H + h) * 16384 + vb * 64;
+                    if (split) store_global(dst);
+                    else store_states(dst);
+                }
+                if (!kLocal) {
+                    // Precise rows: S^T's copy only once the lo pass is done. Stored while it ran, ptxas
+                    // gave the copy's conversions the registers of the lo pass's A operands, still
+                    // being read by the tensor cores: o came out wrong on the H200 (docs/notes.md,
+                    // session 10; tests/test_compile.py scans the SASS for such writes). The hi-only
+                    // rows overlap it safely: their A registers stay live (the copy reads them).
+                    if (split) cake_wgmma_wait<0>();
+                    if (i > 0) cake_bar_sync(kEmptyS, 256);  // warpgroup 1's Qg S of chunk i-1 is done
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                        for (int x = 0; x < 32; ++x)
+                            St[cake_wg_idx<64>(row_of(x), 64 * hf + pcol(x))] = __uint_as_float(split ? cake_tf32(ST[hf][x]) : FS[hf][x]);
+                    cake_fence_proxy_async();
+                    cake_bar_arrive(kFullS, 256);
+                }
+                cake_wgmma_wait<0>();
+                if (kLocal) {
+                    if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
+                } else {
+                    cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
+                    if (i + 1 < nc) issue_w(ci + 1);
+                }
+
+                // Vnew and its A fragments (hi; precise rows: then lo, a second pass), S^T scaled by gl.
+                unsigned int FV[32];
+#pragma unroll
+                for (int x = 0; x < 32; ++x) {
+                    VA[x] = Us[el64(pcol(x), row_of(x))] - VA[x];
+                    FV[x] = cake_tf32(VA[x]);
+                }
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                    for (int x = 0; x < 32; ++x) ST[hf][x] *= Gs[64 * hf + pcol(x)];
+                if (!kLocal) {
+                    if (i > 0) cake_bar_sync(kEmptyV, 256);  // warpgroup 1's Aqk Vnew of chunk i-1 is done
+#pragma unroll
+                    for (int x = 0; x < 32; ++x) Vt[cake_wg_idx<64>(row_of(x), pcol(x))] = __uint_as_float(FV[x]);
+                    cake_fence_proxy_async();
+                    cake_bar_arrive(kFullV, 256);
+                }
+
+                // S^T = S^T diag(gl) + Vnew^T Kd: two m64n64 halves of the keys (precise rows: hi, then
+                // lo from registers of their own, one group; a wait between the passes, as for S^T's
+                // fragments, makes ptxas serialize the local program's wgmma, C7512).
+                unsigned int FV2[32];
+#pragma unroll
+                for (int x = 0; x < 32; ++x) FV2[x] = split ? cake_tf32(VA[x] - __uint_as_float(FV[x])) : 0u;
+                auto product_vk = [&](const unsigned int (&F)[32]) {
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) {
+                            const unsigned int a[4] = {F[4 * j], F[4 * j + 2], F[4 * j + 1], F[4 * j + 3]};
+                            cake_wgmma_n64_rs(ST[hf], a, cake_wg_desc_at<128>(dlo(Kc), 64 * hf, j), 1);
+                        }
+                };
+                cake_wgmma_fence();
+                product_vk(FV);
+                if (split) product_vk(FV2);
+                cake_wgmma_commit();
+                if (kLocal) {
+                    if (i + 1 < nc) cake_bar_arrive(kEmptyUG, 256);  // this warp's reads of Us and Gs are done
+                } else {
+                    cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
+                    if (i + 1 < nc) issue_ug(ci + 1);
+                    cake_cp_async_commit();
+                }
+                cake_wgmma_wait<0>();
+                if (kLocal && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
+                frag_s();
             }
-            cake_wgmma_wait<0>();
-            if (kLocal && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
-            frag_s();
-        }
+        };
+        if (split_rows) chain(Precise<true>{});
+        else chain(Precise<false>{});
         if (!kLocal) cake_cp_async_wait<0>();
         if (store_ht) store_global(ht + state_base);
     } else if (!kLocal) {
