@@ -313,11 +313,9 @@ def _every_fourth(*waits: str) -> list[tuple[str, str]]:
     return [(w, "if ((i & 3) == 0) " + w) for w in waits]
 
 
-FWD_FEW_WAITS = _every_fourth(
-    "cake_cp_async_wait<1>();  // Qg(i)",
-    "cake_cp_async_wait<1>();  // Aqk(i)",
-    "cake_cp_async_wait<0>();   // W(i)",
-)
+FWD_WAITS_WG0 = ("cake_cp_async_wait<1>();   // W(i)", "cake_cp_async_wait<1>();      // U(i)")
+FWD_WAITS_WG1 = ("cake_cp_async_wait<1>();  // Qg(i)", "cake_cp_async_wait<1>();  // Aqk(i)")
+FWD_FEW_WAITS = _every_fourth(*FWD_WAITS_WG0, *FWD_WAITS_WG1)
 BWD_FEW_WAITS = _every_fourth(
     "cake_cp_async_wait<1>();  // group A", "cake_cp_async_wait<1>();  // group B"
 )
@@ -377,6 +375,9 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "halfloads": FWD_HALF_LOADS + FWD_HALF_LOADS_O,
         "tmakd": FWD_TMA_KD,
         "fewwaits": FWD_FEW_WAITS,
+        # the same, one warpgroup's waits only: the chain's (W, Kd^T, U, gl) or o's (Qg, Aqk)
+        "fewwaits0": _every_fourth(*FWD_WAITS_WG0),
+        "fewwaits1": _every_fourth(*FWD_WAITS_WG1),
         # one input's copies left out (its tile stays stale): whose load latency the chain waits on
         **{"no" + name: _skip_copies(_FWD_COPIES, name) for name in _FWD_COPIES},
         "nopf": NO_PREFETCH,

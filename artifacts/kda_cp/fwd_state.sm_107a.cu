@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:2a1fbdbde412d1b6496589f345ac6d2edf858f3fa19063d85807872b0c0209a6
+// identity: sha256:8dc0845e02b5e58c99a842ad6408feaa1cfe3c9ed44cf7841befa2f5d460160a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

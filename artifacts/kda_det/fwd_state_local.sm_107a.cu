@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:9f117942d6aed095d749c8b3e32c57c9b9aa7504df191b0c82f3edeb55105ab3
+// identity: sha256:16b7566621aeb80990e0bfacf527c7d86c4d42961114aa10d69d8291e3d1920c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

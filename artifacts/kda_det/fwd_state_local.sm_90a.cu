@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:300254090dcddc992a9617406164073cf10b7049eeff0ab1b342c8c06374a53a
+// identity: sha256:660217fa6965d6f100a3bbad97a6b1d2bb97cb548049f8a9af4fc793624b9809
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -404,12 +404,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 }
         };
 
+        // Three copy groups a chunk, committed in the order the chain needs them: Kd^T (a chunk
+        // ahead, at the top of the chunk before), W (once the chunk before's W S is done), U and gl
+        // (once its Vnew and gl scaling have read them). W S waits only for the first two; U and gl
+        // are waited for after it, which gives their copies the product's time to land.
         if (!kLocal) {
-            if (nc > 0) {
-                issue_k(c0);
-                issue_w(c0);
-                issue_ug(c0);
-            }
+            if (nc > 0) issue_k(c0);
+            cake_cp_async_commit();
+            if (nc > 0) issue_w(c0);
+            cake_cp_async_commit();
+            if (nc > 0) issue_ug(c0);
             cake_cp_async_commit();
         }
         frag_s();
@@ -426,7 +430,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 if (kLocal) {
                     cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
                 } else {
-                    cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)
+                    cake_cp_async_wait<1>();   // W(i), Kd(i) (U(i) and gl(i) may be in flight)
                     cake_fence_proxy_async();  // cp.async data -> wgmma's reads
                     cake_bar_sync(kBarWg0, 128);
                     if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
@@ -482,8 +486,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 if (kLocal) {
                     if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
                 } else {
-                    cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
+                    cake_cp_async_wait<1>();      // U(i), gl(i) (Kd(i+1) may be in flight)
+                    cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free; U(i), gl(i) landed
                     if (i + 1 < nc) issue_w(ci + 1);
+                    cake_cp_async_commit();
                 }
 
                 // Vnew and its A fragments (hi; precise rows: then lo, a second pass), S^T scaled by gl.
