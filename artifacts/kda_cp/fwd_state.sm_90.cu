@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:c8e18c49e6ef422da91582ed61052aa8f116a1582c063d3c0a1184f67248adc3
+// identity: sha256:f506caa476163ae8e5e80616f73e1c1eed9831951ed70f2babc18411d6f02f20
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

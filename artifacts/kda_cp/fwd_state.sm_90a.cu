@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:97796f30d36bab8e638bc7855c898509b8d830576d1b758f1a619155e95244fb
+// identity: sha256:dcfbf70d40c14910d785971ace2dbdd43ff7712b40356b9caea508a26f81f32e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -304,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // stores and read by ordinary loads is reported by compute-sanitizer's racecheck, and a
     // bar.sync on both sides at different places by its synccheck (a probe, docs/notes.md,
     // session 11), so warpgroup 0 keeps storing the chunk-start states itself.
-    constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kEmptyK1 = 11, kFullUG = 12;
+    constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kEmptyK1 = 11;
 
     // Chunk inputs of the chain (W, U, gl, Kd^T) are loaded by warpgroup 0 itself; in the local
     // program (no O) warpgroup 1 issues them instead, handing over through named barriers.
@@ -418,7 +418,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 const int ci = c0 + i;
                 const float* Kc = Ks + 8192 * (i & 1);
                 if (kLocal) {
-                    cake_bar_sync(kFullL, 256);  // W(i), Kd(i), loaded by warpgroup 1
+                    cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
                 } else {
                     cake_cp_async_wait<1>();   // W(i), Kd(i) (U(i) and gl(i) may be in flight)
                     cake_fence_proxy_async();  // cp.async data -> wgmma's reads
@@ -475,7 +475,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 cake_wgmma_wait<0>();
                 if (kLocal) {
                     if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
-                    cake_bar_sync(kFullUG, 256);  // U(i), gl(i), loaded by warpgroup 1
                 } else {
                     cake_cp_async_wait<1>();      // U(i), gl(i) (Kd(i+1) may be in flight)
                     cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free; U(i), gl(i) landed
@@ -620,23 +619,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         cake_cp_async_wait<0>();
     } else {
         // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two).
-        // This thread's copies landed, then announced in two groups: W and Kd^T (wgmma's operands)
-        // on kFullL, then U and gl (read by the chain after W S) on kFullUG.
-        auto land = [&]() {
-            cake_cp_async_wait<1>();
+        auto land = [&]() {  // this thread's copies landed, visible to wgmma, then announced
+            cake_cp_async_commit();
+            cake_cp_async_wait<0>();
             cake_fence_proxy_async();
             cake_bar_arrive(kFullL, 256);
-            cake_cp_async_wait<0>();
-            cake_bar_arrive(kFullUG, 256);
         };
         if (pf && nc > 1) prefetch_chunk(c0 + 1);
         if (nc > 0) {
             issue_k(c0);
             if (nc > 1) issue_k(c0 + 1);
             issue_w(c0);
-            cake_cp_async_commit();
             issue_ug(c0);
-            cake_cp_async_commit();
             land();
         }
 #pragma unroll 1
@@ -646,10 +640,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
                 cake_bar_sync(kEmptyW, 256);
                 issue_w(ci + 1);
-                cake_cp_async_commit();
                 cake_bar_sync(kEmptyUG, 256);
                 issue_ug(ci + 1);
-                cake_cp_async_commit();
                 land();
             }
             if (i + 2 < nc) {  // Kd^T of chunk i+2, into chunk i's buffer once its product is done

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:0e25ee2e081f80c271b53933285fc7ede070fd31909d8b8a45c424f8882f026e
+// identity: sha256:fc900947e7f602893c8057018c3a74b67306c7b9b6d2185abd52788d94cd14aa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:7937903d6369bfd4fdcf99545334e778c33bbac62a97f62149fc2d371184b5d8
+// identity: sha256:245217ce1c32793d938258e82c77b3f6838413fece52b0891d5244ec15362eeb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

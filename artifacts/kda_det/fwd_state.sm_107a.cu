@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:5d66d22e10fc16a189ea7522554f7a45a0fa35b3de2ff94464fed9cb28494ef4
+// identity: sha256:4252dbff2865a03353fca8010e2bc61da4d82d763b570685e5a01f4d8504b885
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

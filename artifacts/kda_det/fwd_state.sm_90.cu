@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:a53f3a1ea935dd01c28a085a7623b99186fdc54abf8877875e2ba5b973099424
+// identity: sha256:1e185d9a16b0f0050257767a284bc342f5ba63e624939317da5de14a58472121
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
