@@ -142,6 +142,17 @@ def test_program_compiles(entry: Entry, compiles: dict[str, Future[Compiled]]) -
         or "wgmma.wait_group is injected" in line
     ]
     assert not serialized, serialized
+    # Hopper programs (the ones the H200 runs) spill nothing: kda_fwd_state at 255 registers
+    # spilled 176 bytes in its chain under NVRTC 13.0 and ran 45 % slower (docs/notes.md, session
+    # 19). Blackwell's portable programs (128 registers a thread) are not held to it: several
+    # spill a little, differently per NVRTC version, and none of them can be timed here.
+    if entry.arch in (Arch.sm_90a, Arch.sm_90):
+        spills = {
+            k: (r.spill_stores, r.spill_loads)
+            for k, r in compiled.resources.items()
+            if r.spill_stores or r.spill_loads
+        }
+        assert not spills, f"spills (stores, loads in bytes): {spills}"
 
 
 def nvdisasm() -> str | None:
