@@ -288,8 +288,7 @@ FWD_TMA_KD = [
     ),
     (
         """        if (!kLocal) {
-            if (nc > 0) {
-                issue_k(c0);""",
+            if (nc > 0) issue_k(c0);""",
         """        if (tw == 0) {
             abl_mbar_init(kmb);
             abl_mbar_init(kmb + 1);
@@ -297,12 +296,11 @@ FWD_TMA_KD = [
         }
         cake_bar_sync(kBarWg0, 128);
         if (!kLocal) {
-            if (nc > 0) {
-                issue_k(c0);""",
+            if (nc > 0) issue_k(c0);""",
     ),
     (
-        "cake_cp_async_wait<0>();   // W(i), U(i), gl(i), Kd(i)",
-        "abl_mbar_wait(kmb + (i & 1), (i >> 1) & 1);\n                cake_cp_async_wait<0>();",
+        "cake_cp_async_wait<1>();   // W(i), Kd(i)",
+        "abl_mbar_wait(kmb + (i & 1), (i >> 1) & 1);\n                    cake_cp_async_wait<1>();  // W(i)",
     ),
 ]
 
