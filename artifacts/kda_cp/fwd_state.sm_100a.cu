@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:c9ac7368e358a695576dc3bff314cf62d5a1eee2c74e9089171c5420b36594de
+// identity: sha256:a467fff28bd3624a97f9ad061ce119b2733f8f14e30d2f789c18f0a256615231
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:7ddcd2763f4a4913bd2d44df9891521eb6ef7b21cbfa217e6ef3ea63e27c48c0
+// identity: sha256:995d6caedc934eb26199af6fca4da78056a0b98f597243f49fbab5c2aff87af7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:8dc0845e02b5e58c99a842ad6408feaa1cfe3c9ed44cf7841befa2f5d460160a
+// identity: sha256:bd1da2a9357d29cc71085c6776de39053b4929dfa0905e9581517e8392b82a1f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:f506caa476163ae8e5e80616f73e1c1eed9831951ed70f2babc18411d6f02f20
+// identity: sha256:0f0663bd17fb3e79dae3e608f7726a228fd6b1d0348d1caee0e8670efa69a59a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

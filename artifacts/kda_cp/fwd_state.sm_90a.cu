@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:dcfbf70d40c14910d785971ace2dbdd43ff7712b40356b9caea508a26f81f32e
+// identity: sha256:d90a9548f178160c4a2aa0c526ae82a1612bf1c285d88ace838c569203184b5e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -408,9 +408,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
         frag_s();
 
-        // The chain, compiled once per setting of the precise rows (kPrecise: S and Vnew as TF32
-        // hi + lo): the common program then keeps no lo fragments live, and fits 255 registers
-        // without spills under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
+        // The chain, compiled once per precise-rows setting (split: S and Vnew as TF32 hi + lo): the
+        // common program then keeps no lo fragments live, and fits 255 registers without spills
+        // under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
         auto chain = [&](auto precise_rows) {
             constexpr bool split = decltype(precise_rows)::value;
 #pragma unroll 1

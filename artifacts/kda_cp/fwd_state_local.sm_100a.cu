@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:fc900947e7f602893c8057018c3a74b67306c7b9b6d2185abd52788d94cd14aa
+// identity: sha256:892903b0b9aa2896cffdf779f228cf4043fe9fdc6c3eace6dd5504f51362a213
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:208106f68c8c5e2b254abb8566793111c67f6df1d0c1e99e6217924cdd8a7df4
+// identity: sha256:239685051431a08bd9794fefcfaeed2b6be89c596bb1b62aca0c1776da695aa7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:245217ce1c32793d938258e82c77b3f6838413fece52b0891d5244ec15362eeb
+// identity: sha256:ccf94e1b0649b044e3b75b7a60d041a75a69c811e55734736f78764327221dd8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:402f18fcbf01313f0792c83a54ae5292257aecdede6df7bbab6a6b35aa772b32
+// identity: sha256:d2523aed56874dfd28d81f676c76103acda10424895b89a6773f0674c75f3f4f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

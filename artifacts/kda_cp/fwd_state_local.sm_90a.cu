@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:bbe66aa7faa54e9682a19765f6526a2226f746c0afa8a6ae83346b124e89eda2
+// identity: sha256:656938247b0e8860c422c26bcbd6080b53c6a33fefe934de75712333709d87d1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -418,9 +418,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
         frag_s();
 
-        // The chain, compiled once per setting of the precise rows (kPrecise: S and Vnew as TF32
-        // hi + lo): the common program then keeps no lo fragments live, and fits 255 registers
-        // without spills under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
+        // The chain, compiled once per precise-rows setting (split: S and Vnew as TF32 hi + lo): the
+        // common program then keeps no lo fragments live, and fits 255 registers without spills
+        // under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
         auto chain = [&](auto precise_rows) {
             constexpr bool split = decltype(precise_rows)::value;
 #pragma unroll 1

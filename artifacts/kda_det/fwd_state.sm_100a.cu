@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:fcf68c1f9c3725cbe8180e08c119809e4f8dbaedfdee1e036d40d1bdb3a9f118
+// identity: sha256:8a0f25d45d0cb41f61a0f308ee5a1fc7492757acd71418842ea1b75637578617
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:f176f94c4680ae6b059e21ce0042f64a31f3e6ba316a3228b4b4a280688fa004
+// identity: sha256:b89d9ffa23df1d1c3ff442685651ba2a4691129f12a8bf1f3baf571761116282
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:4252dbff2865a03353fca8010e2bc61da4d82d763b570685e5a01f4d8504b885
+// identity: sha256:47b3a867b7c4ce76917467b5449716dea5349cdf2c81d870db3afceac88499db
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

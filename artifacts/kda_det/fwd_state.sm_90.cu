@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:1e185d9a16b0f0050257767a284bc342f5ba63e624939317da5de14a58472121
+// identity: sha256:2f295e6d3b312349da005594679998f2f6407e0649bc83955742da91979ec3df
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:d9371a7570fa170890e05e092bf5ca1741ecd3faee2fa8a9c74524303bda37c0
+// identity: sha256:8fdfdb738cea1cf37b4ffc9db6d3e397742998885b1275748d1f285d211de412
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -408,9 +408,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
         frag_s();
 
-        // The chain, compiled once per setting of the precise rows (kPrecise: S and Vnew as TF32
-        // hi + lo): the common program then keeps no lo fragments live, and fits 255 registers
-        // without spills under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
+        // The chain, compiled once per precise-rows setting (split: S and Vnew as TF32 hi + lo): the
+        // common program then keeps no lo fragments live, and fits 255 registers without spills
+        // under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
         auto chain = [&](auto precise_rows) {
             constexpr bool split = decltype(precise_rows)::value;
 #pragma unroll 1

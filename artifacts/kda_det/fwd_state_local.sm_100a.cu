@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:1b94645f28b3a41862b92768c73dce06ed8f19a2f5aeabcad336b92ad3bdc4fc
+// identity: sha256:0d150fc3f9cc4fcfcbe670810e4eb74c5784c0a15cf0e7e2bf8b647a2c7bca05
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:e5dd05750eed49f9e53bb6dcb05132e0692bf177146743f7807d08ef9f0fe224
+// identity: sha256:990ce71ec7430f0a0997138d2644cc0b09f01ede1bfe89a266f42f8804b5fafb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:16b7566621aeb80990e0bfacf527c7d86c4d42961114aa10d69d8291e3d1920c
+// identity: sha256:a60877035a51dbf1a6d29115fd29f4173e16c4ac62c6cb65173167f410a129c8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

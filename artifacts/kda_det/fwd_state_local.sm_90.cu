@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:d961f884907bfe0ac3d1c1c1fbb89b9b1d26a87dec75c41d452100871a49e6ba
+// identity: sha256:4d2a24ae429d0a0441b4c0d3b8d1b0bd482b444e0556f48e15b12b8dc9b58ed2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:660217fa6965d6f100a3bbad97a6b1d2bb97cb548049f8a9af4fc793624b9809
+// identity: sha256:26593236104d682fbff1adacea6e8767f3bf866146fe0b8b16bf6b910b08ce95
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -418,9 +418,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
         frag_s();
 
-        // The chain, compiled once per setting of the precise rows (kPrecise: S and Vnew as TF32
-        // hi + lo): the common program then keeps no lo fragments live, and fits 255 registers
-        // without spills under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
+        // The chain, compiled once per precise-rows setting (split: S and Vnew as TF32 hi + lo): the
+        // common program then keeps no lo fragments live, and fits 255 registers without spills
+        // under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
         auto chain = [&](auto precise_rows) {
             constexpr bool split = decltype(precise_rows)::value;
 #pragma unroll 1
