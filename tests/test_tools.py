@@ -1,6 +1,7 @@
 """The tools' pure parts, on the CPU: tools/ab_table.py reads the `ab` step's log; tools/bench.py
 keeps what a cut-short run measured; tools/state_precision.py's operand formats round as the
-byte-diet plan says."""
+byte-diet plan says; tools/ablate.py always builds its control and warns when the shipped program
+runs apart from it."""
 
 from __future__ import annotations
 
@@ -157,3 +158,33 @@ def test_bench_speed_json_keeps_the_finished_variants_of_a_run_cut_short(monkeyp
         ("saved", "fwd", 1.0),
         ("saved", "fwd+bwd", 1.0),
     ]
+
+
+def test_ablate_warns_when_shipped_runs_apart_from_the_same_source_compiled_here():
+    """Session 19's first call timed ablations against a kda_fwd_state the device had compiled
+    itself (a stale bundle, NVRTC 13.0: 1 737 us against 1 188 for the same source built here)."""
+    from ablate import control_warning
+
+    assert control_warning({"shipped": 1737.3, "same": 1188.2, "fewwaits": 1058.1}) != []
+    assert "tree-p0" in control_warning({"shipped": 1752.5, "tree-p0": 1213.0})[0]
+    assert control_warning({"shipped": 1187.2, "same": 1188.8, "tmakd": 900.0}) == []
+    assert control_warning({"shipped": 1187.2, "tmakd": 900.0}) == []  # no control: nothing to say
+
+
+def test_ablate_build_adds_the_control_to_any_chosen_ablation(monkeypatch, tmp_path):
+    import ablate
+
+    built: list[str] = []
+    monkeypatch.setattr(ablate, "program_source", lambda root, name: "src")
+    monkeypatch.setattr(ablate, "apply", lambda src, patches: src)
+    monkeypatch.setattr(
+        ablate, "compile_variant", lambda out, name, tag, src: built.append(f"{name}:{tag}")
+    )
+    ablate.build(tmp_path, ["fwd_state.sm_90a:fewwaits"])
+    assert built == ["fwd_state.sm_90a:same", "fwd_state.sm_90a:fewwaits"]
+    built.clear()
+    ablate.build(tmp_path, ["fwd_state.sm_90a:same", "fwd_state.sm_90a:tmakd"])
+    assert built == ["fwd_state.sm_90a:same", "fwd_state.sm_90a:tmakd"]
+    built.clear()
+    ablate.build(tmp_path, ["bwd_state.sm_90a:same"])
+    assert built == ["bwd_state.sm_90a:same"]

@@ -666,12 +666,14 @@ def compile_variant(out: Path, name: str, tag: str, source: str) -> None:
 def build(out: Path, only: list[str] | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, ablations in ABLATIONS.items():
-        # "same": the shipped source compiled here, the harness's control
-        ablations = {"same": [], **ablations}
+        chosen = [ab for ab in ablations if not only or f"{name}:{ab}" in only or name in only]
+        if not chosen and f"{name}:same" not in (only or []):
+            continue
+        # "same", always built beside them: the shipped source compiled here, the harness's
+        # control (against it a stale bundle or another NVRTC shows; `time` warns)
         src = program_source(ROOT, name)
-        for ab, patches in ablations.items():
-            if not only or f"{name}:{ab}" in only or name in only:
-                compile_variant(out, name, ab, apply(src, patches))
+        for ab in ["same", *chosen]:
+            compile_variant(out, name, ab, apply(src, ablations.get(ab, [])))
 
 
 def tree_kernels(tree: Path, name: str) -> dict[str, dict[str, int]]:
@@ -786,6 +788,9 @@ def same_bits(
     return "same bits" if not bad else f"bits differ in args {bad}"
 
 
+CONTROL_SLACK = 0.03  # run-to-run spread of a kernel's median is ~1 %
+
+
 def time_main(
     d: Path, row: str, variant: str, reps: int, rounds: int, check: bool, ref_tag: str = "shipped"
 ) -> None:
@@ -833,6 +838,22 @@ def time_main(
             if tag != "shipped":
                 note = f"  [{bits[key].get(tag, 'the reference')}]" if key in bits else ""
                 print(f"    {tag:12} {t:9.1f} ({100 * (t / base - 1):+.1f} %){note}")
+        print(*control_warning(res), sep="\n", end="")
+
+
+def control_warning(res: dict[str, float]) -> list[str]:
+    """A line when the shipped program runs apart from this checkout's source compiled here (the
+    `same` or `tree-p0` variant): the device then ran another build of it (a stale bundle makes
+    it compile the program with its own NVRTC: session 19's first call measured a 45 % slower
+    kda_fwd_state so), and the percentages against `shipped` measure that build."""
+    control = next((t for t in ("same", "tree-p0") if t in res), None)
+    if control is None or abs(res[control] / res["shipped"] - 1) <= CONTROL_SLACK:
+        return []
+    return [
+        f"    warning: shipped runs {100 * (res['shipped'] / res[control] - 1):+.1f} % from "
+        f"{control} (the same source compiled here): a stale bundle or another NVRTC? read the "
+        f"variants against {control}\n"
+    ]
 
 
 def main() -> None:
