@@ -838,7 +838,8 @@ def time_main(
             if tag != "shipped":
                 note = f"  [{bits[key].get(tag, 'the reference')}]" if key in bits else ""
                 print(f"    {tag:12} {t:9.1f} ({100 * (t / base - 1):+.1f} %){note}")
-        print(*control_warning(res), sep="\n", end="")
+        for line in control_warning(res):
+            print(line)
 
 
 def control_warning(res: dict[str, float]) -> list[str]:
@@ -852,7 +853,7 @@ def control_warning(res: dict[str, float]) -> list[str]:
     return [
         f"    warning: shipped runs {100 * (res['shipped'] / res[control] - 1):+.1f} % from "
         f"{control} (the same source compiled here): a stale bundle or another NVRTC? read the "
-        f"variants against {control}\n"
+        f"variants against {control}"
     ]
 
 
