@@ -34,7 +34,8 @@ NO_PREFETCH = [("NOOP:", "#define cake_prefetch_l2(p) ((void)0)")]
 NO_LOAD = [("NOOP:", "#define cake_cp_async16(d, s, n) ((void)0)"), *NO_PREFETCH]
 
 # fwd_state's serial chain alone: no loads, no state or o stores
-NO_STATES = [("if (states_out != nullptr) {  // precise rows", "if (false) {  // precise rows")]
+_REC = "unsigned char* const rec =\n                    states_out != nullptr ?"
+NO_STATES = [(_REC, _REC.replace("states_out != nullptr", "false"))]
 # o's staging in shared memory and its stores (so warpgroup 1's products go too)
 _O_STORE = "if (r < L)\n                    *reinterpret_cast<uint4*>(ob + r * orow + 8 * part)"
 _O_STAGE = "ostage[r * 32 + 4 * ((x >> 2) ^ (r & 7)) + t] = "
@@ -343,20 +344,12 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "noprecise": NO_PRECISE,
         "noload": NO_LOAD,
         "nostates": NO_STATES,
-        # the chunk-start states at half the bytes (every other 32-byte sector): what 16-bit states
-        # would give, their conversion not counted
-        "halfstates": [
-            (
-                "*reinterpret_cast<float2*>(p + 8) = odd ?",
-                "if (false) *reinterpret_cast<float2*>(p + 8) = odd ?",
-            )
-        ],
         # the same stores and loads with every chunk on chunk c0's slots (L2 hits, no DRAM
         # traffic): what the states' and the inputs' DRAM bytes cost, apart from their instructions
         "l2states": [
             (
-                "float* dst = states_out + ((long long)ci * H + h) * 16384",
-                "float* dst = states_out + ((long long)c0 * H + h) * 16384",
+                "(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES",
+                "(states_out) + ((long long)c0 * H + h) * CAKE_S16_BYTES",
             )
         ],
         "l2loads": [
@@ -571,16 +564,13 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ]
         + [
             (f"{t} + ws * {n}", f"{t} + rws * {n}")
-            for t, n in (("dVn", 8192), ("TA", 4096), ("states", 16384), ("dS_end", 16384))
-        ],
+            for t, n in (("dVn", 8192), ("TA", 4096), ("dS_end", 16384))
+        ]
+        + [("(states) + ws * CAKE_S16_BYTES", "(states) + rws * CAKE_S16_BYTES")],
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
-        # S_c and dS_end at half their DRAM bytes (rows 64..127 read rows 0..63's lines again, from
-        # L2): what 16-bit states and dS_end would give bwd_chunk, their widening not counted
+        # dS_end at half its DRAM bytes (rows 64..127 read rows 0..63's lines again, from L2): what
+        # a 16-bit dS_end would give bwd_chunk, its widening not counted
         "halfsd": [
-            (
-                "states + ws * 16384 + r * 128 + 4 * c4, 16);",
-                "states + ws * 16384 + (r & 63) * 128 + 4 * c4, 16);",
-            ),
             (
                 "cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);",
                 "cake_prefetch_l2(dS_end + ws * 16384 + ((32 * tid) & 8191));",

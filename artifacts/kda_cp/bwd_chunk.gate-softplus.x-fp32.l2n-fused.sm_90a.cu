@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:b3050427e503c3c7a35a5fa919c4831c0c9e909eb5e73db27bca2e02f1f4e500
+// identity: sha256:34d13d641882ff7871d9fe3ff9d545167fe51299275b6e63dae6e4c84ce83636
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -93,6 +93,66 @@ __device__ __forceinline__ void cake_prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
+// ---- begin cake/state16.cuh ----
+
+// ---- begin cake/f16.cuh ----
+
+// fp16 conversions and the 16-bit SIMD max: kda's 16-bit chunk-start states (cake/state16.cuh)
+// and cake/mma_f16.cuh's tensor-core operands.
+
+// Two floats to one f16x2 register, round to nearest even: lo in bits 0-15 (the lower k or column
+// index of a fragment pair, the lower address in memory), hi in bits 16-31. Out of range: +-inf;
+// below 2^-14: subnormal.
+__device__ __forceinline__ unsigned int cake_f16x2(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// The two halves of an f16x2 register as floats (exact).
+__device__ __forceinline__ float2 cake_f16x2_to_f32(unsigned int h) {
+    float lo, hi;
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+        : "=f"(lo), "=f"(hi) : "r"(h));
+    return make_float2(lo, hi);
+}
+
+// The larger of each 16-bit lane, unsigned (max.u16x2: sm_90+, one instruction).
+__device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned int b) {
+    unsigned int r;
+    asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+// ---- end cake/f16.cuh ----
+
+// kda's chunk-start states in 16 bits (kda_fwd_state / _local write them, kda_bwd_chunk reads them;
+// docs/notes.md, session 20). One record per (chunk, head), CAKE_S16_BYTES bytes:
+//   fp16 [128 keys d][128 values v]  TF32(S[d][v]) * 2^(141 - E), exact: TF32 (cvt.rn, what every
+//                                    product of S rounds it to) keeps fp16's 11 significant bits;
+//                                    within each group of 16 values (32 bytes) value 16 G + r sits
+//                                    at position cake_s16_pos(r) = 2 (r & 7) + (r >> 3), the order
+//                                    in which kda_fwd_state's wgmma accumulators hold them (a
+//                                    lane's rows g and g + 8 make one 4-byte word)
+//   u8 E [8 groups][128 keys d]      at CAKE_S16_EXP: group v / 16; E = max(15, the biased fp32
+//                                    exponent of the group's largest |TF32(S)|), so that the
+//                                    largest scaled value lies in [2^14, 2^15)
+// Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
+// products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
+constexpr int CAKE_S16_BYTES = 33792;
+constexpr int CAKE_S16_EXP = 32768;
+
+// The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
+__device__ __forceinline__ unsigned int cake_s16_exp(float m) {
+    const unsigned int e = __float_as_uint(m) >> 23;
+    return e < 15u ? 15u : e;
+}
+// The writer's factor 2^(141 - E) and the reader's 2^(E - 141) (E in [15, 255]: both normal floats).
+__device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
+__device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
+
+// Position of value r (0..15) of a group within its 32 bytes, in fp16 elements.
+__device__ __forceinline__ int cake_s16_pos(int r) { return 2 * (r & 7) + (r >> 3); }
+// ---- end cake/state16.cuh ----
 // ---- begin cake/fmath.cuh ----
 
 #define CAKE_LOG2E 1.4426950408889634f
@@ -368,8 +428,9 @@ constexpr int OFF_D = 163840;   // 64 KB: S_c [128][128]; then [beta X^T [128][6
                                 // then [dS_end v 0..63 [128][64] | Vn]; after phase 5's mma:
                                 // [dGamma accumulator [64][128] | dk accumulator (DK) [64][128]]
 constexpr int OFF_S = 229376;   // beta[64], rq[64], rk[64], dbeta slots [4][64]
-constexpr int SMEM_BYTES = OFF_S + (64 * 3 + 256) * 4;
-static_assert(SMEM_BYTES == 231168, "dynamic shared memory in the header comment");
+constexpr int OFF_E = 231168;   // u8 [8][128]: S_c's exponent bytes (cake/state16.cuh)
+constexpr int SMEM_BYTES = OFF_E + 1024;
+static_assert(SMEM_BYTES == 232192, "dynamic shared memory in the header comment");
 // After X (phase 3) the v tile is dead; its 16 KB hold small fp32 scratch (float offsets):
 constexpr int SC_DGL = 0;      // [128]  dgl = rowsum_v(S_c * dS_end)
 constexpr int SC_COL = 128;    // [4][128] per row block: sum over rows < L-1 of Kd * dKd
@@ -448,6 +509,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     float* RC = reinterpret_cast<float*>(smem + OFF_C);
     float* RD = reinterpret_cast<float*>(smem + OFF_D);
     float* bs = reinterpret_cast<float*>(smem + OFF_S);
+    unsigned char* SE = smem + OFF_E;
     float* rq = bs + 64;
     float* rk = rq + 64;
     float* dbs = rk + 64;
@@ -517,10 +579,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // The forward's L2-norm reciprocals (rq, rk adjacent), the same bits it used.
         if (kL2Norm && tid < 32) cake_cp_async16(rq + 4 * tid, Rn + ws * 128 + 4 * tid, 16);
         cake_cp_async_commit();
+        {  // S_c's 16-bit record (cake/state16.cuh): the fp16 values into RD's second half, E into SE
+            const unsigned char* rec = reinterpret_cast<const unsigned char*>(states) + ws * CAKE_S16_BYTES;
 #pragma unroll 1
-        for (int i = 0; i < 8; ++i) {
-            const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
-            cake_cp_async16(RD + fx<128>(r, 4 * c4), states + ws * 16384 + r * 128 + 4 * c4, 16);
+            for (int i = 0; i < 4; ++i) {
+                const int idx = tid + 512 * i;
+                cake_cp_async16(reinterpret_cast<unsigned char*>(RD + 8192) + 16 * idx, rec + 16 * idx, 16);
+            }
+            if (tid < 64) cake_cp_async16(SE + 16 * tid, rec + CAKE_S16_EXP + 16 * tid, 16);
         }
         cake_cp_async_commit();
         // dS_end (64 KB, a 128-byte line per thread) into L2 now: phase 3's dgl reads it straight
@@ -623,6 +689,32 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
     }
     cake_cp_async_wait<0>();  // S_c
+    __syncthreads();
+    // S_c to fp32 [128 d][128 v] in RD, in place: lane l of warp takes one 8-byte fp16 piece of
+    // key rows warp + 16 k (a conflict-free read): positions 4 q .. 4 q + 3 (q = l & 3) of group
+    // G = l >> 2, i.e. values 16 G + 2 q, + 8, + 1, + 9 (cake_s16_pos). Rows 0..63 land in RD's
+    // first half, which no fp16 value occupies; rows 64..127 overwrite the fp16 values, so they are
+    // read first (8 registers) and written after a barrier.
+    {
+        const unsigned char* sh = reinterpret_cast<const unsigned char*>(RD + 8192);
+        auto out = [&](int d, uint2 p) {
+            const float f = cake_s16_up(SE[(lane >> 2) * 128 + d]);
+            const float2 a = cake_f16x2_to_f32(p.x), b = cake_f16x2_to_f32(p.y);
+            const int c = 16 * (lane >> 2) + 2 * (lane & 3);
+            *reinterpret_cast<float2*>(RD + fx<128>(d, c)) = make_float2(a.x * f, b.x * f);
+            *reinterpret_cast<float2*>(RD + fx<128>(d, c + 8)) = make_float2(a.y * f, b.y * f);
+        };
+        uint2 late[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            late[k] = *reinterpret_cast<const uint2*>(sh + (64 + warp + 16 * k) * 256 + 8 * lane);
+            const int d = warp + 16 * k;
+            out(d, *reinterpret_cast<const uint2*>(sh + d * 256 + 8 * lane));
+        }
+        __syncthreads();  // every fp16 value read
+#pragma unroll
+        for (int k = 0; k < 4; ++k) out(64 + warp + 16 * k, late[k]);
+    }
     __syncthreads();
 
     // ---- phase 3a: [dO; Y] S_c^T -> dQg, Z (rows i, key dims d), consumed at once:

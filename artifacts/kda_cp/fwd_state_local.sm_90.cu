@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:d2523aed56874dfd28d81f676c76103acda10424895b89a6773f0674c75f3f4f
+// identity: sha256:00806de0325a45bc049102c47b1544328380dccd19c1c31f5845f7a304b8a6e4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -93,6 +93,66 @@ __device__ __forceinline__ void cake_prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
+// ---- begin cake/state16.cuh ----
+
+// ---- begin cake/f16.cuh ----
+
+// fp16 conversions and the 16-bit SIMD max: kda's 16-bit chunk-start states (cake/state16.cuh)
+// and cake/mma_f16.cuh's tensor-core operands.
+
+// Two floats to one f16x2 register, round to nearest even: lo in bits 0-15 (the lower k or column
+// index of a fragment pair, the lower address in memory), hi in bits 16-31. Out of range: +-inf;
+// below 2^-14: subnormal.
+__device__ __forceinline__ unsigned int cake_f16x2(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// The two halves of an f16x2 register as floats (exact).
+__device__ __forceinline__ float2 cake_f16x2_to_f32(unsigned int h) {
+    float lo, hi;
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+        : "=f"(lo), "=f"(hi) : "r"(h));
+    return make_float2(lo, hi);
+}
+
+// The larger of each 16-bit lane, unsigned (max.u16x2: sm_90+, one instruction).
+__device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned int b) {
+    unsigned int r;
+    asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+// ---- end cake/f16.cuh ----
+
+// kda's chunk-start states in 16 bits (kda_fwd_state / _local write them, kda_bwd_chunk reads them;
+// docs/notes.md, session 20). One record per (chunk, head), CAKE_S16_BYTES bytes:
+//   fp16 [128 keys d][128 values v]  TF32(S[d][v]) * 2^(141 - E), exact: TF32 (cvt.rn, what every
+//                                    product of S rounds it to) keeps fp16's 11 significant bits;
+//                                    within each group of 16 values (32 bytes) value 16 G + r sits
+//                                    at position cake_s16_pos(r) = 2 (r & 7) + (r >> 3), the order
+//                                    in which kda_fwd_state's wgmma accumulators hold them (a
+//                                    lane's rows g and g + 8 make one 4-byte word)
+//   u8 E [8 groups][128 keys d]      at CAKE_S16_EXP: group v / 16; E = max(15, the biased fp32
+//                                    exponent of the group's largest |TF32(S)|), so that the
+//                                    largest scaled value lies in [2^14, 2^15)
+// Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
+// products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
+constexpr int CAKE_S16_BYTES = 33792;
+constexpr int CAKE_S16_EXP = 32768;
+
+// The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
+__device__ __forceinline__ unsigned int cake_s16_exp(float m) {
+    const unsigned int e = __float_as_uint(m) >> 23;
+    return e < 15u ? 15u : e;
+}
+// The writer's factor 2^(141 - E) and the reader's 2^(E - 141) (E in [15, 255]: both normal floats).
+__device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
+__device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
+
+// Position of value r (0..15) of a group within its 32 bytes, in fp16 elements.
+__device__ __forceinline__ int cake_s16_pos(int r) { return 2 * (r & 7) + (r >> 3); }
+// ---- end cake/state16.cuh ----
 
 namespace {
 
@@ -300,10 +360,36 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         if (pf && i + 2 < nc) prefetch_chunk(ci + 2);
         cake_cp_async_wait<1>();
         __syncthreads();
-        // The chunk's start state goes out two float2 stores per kp step of Phase 1, so the store
-        // queue drains under the mma instead of stalling every warp here (ncu, session 4: 22 %
-        // of the pass's stall samples were this store queue when it was issued in one burst).
-        float* const st_out = states_out != nullptr ? states_out + ((long long)ci * H + h) * 16384 + vb * 64 : nullptr;
+        // The chunk's start state in 16 bits (cake/state16.cuh) goes out two 8-byte stores every other
+        // kp step of Phase 1, so the store queue drains under the mma instead of stalling every warp here
+        // (ncu, session 4: 22 % of the pass's stall samples were this store queue when it was issued
+        // in one burst). A key's 16 values of group (vc0 + 16 ng) / 16 lie with the four lanes of
+        // one g (n-tiles 2 ng, 2 ng + 1): the exponents of rows r and r + 8 in one word, two shuffles.
+        unsigned char* const st_rec =
+            states_out != nullptr ? reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES : nullptr;
+        unsigned int sx[2][2];  // [mi][ng]: E of key rows kr0 + 16 mi + g (bits 0-15) and + 8 (16-31)
+        if (st_rec != nullptr) {
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+                for (int ng = 0; ng < 2; ++ng) {
+                    float m0 = 0.f, m1 = 0.f;
+#pragma unroll
+                    for (int ni = 2 * ng; ni < 2 * ng + 2; ++ni) {
+                        m0 = fmaxf(m0, fmaxf(fabsf(rtf32(S[mi][ni][0])), fabsf(rtf32(S[mi][ni][1]))));
+                        m1 = fmaxf(m1, fmaxf(fabsf(rtf32(S[mi][ni][2])), fabsf(rtf32(S[mi][ni][3]))));
+                    }
+                    unsigned int e = cake_s16_exp(m0) | (cake_s16_exp(m1) << 16);
+                    e = cake_max_u16x2(e, __shfl_xor_sync(0xffffffffu, e, 1));
+                    e = cake_max_u16x2(e, __shfl_xor_sync(0xffffffffu, e, 2));
+                    sx[mi][ng] = e;
+                    if (t == 0) {
+                        unsigned char* ex = st_rec + CAKE_S16_EXP + ((vb * 64 + vc0) / 16 + ng) * 128 + kr0 + 16 * mi + g;
+                        ex[0] = (unsigned char)(e & 0xffffu);
+                        ex[8] = (unsigned char)(e >> 16);
+                    }
+                }
+        }
 
         // Phase 1: acc = W S (warps 0-3) or Qg S (warps 4-7), K = 128.
         float acc[2][4][4];
@@ -315,11 +401,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.f;
 #pragma unroll
         for (int kp = 0; kp < 8; ++kp) {
-            if (st_out != nullptr) {
-                const int mi = kp >> 2, ni = kp & 3;
-                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                *reinterpret_cast<float2*>(st_out + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
-                *reinterpret_cast<float2*>(st_out + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
+            if (st_rec != nullptr && (kp & 1)) {  // n-tiles ni - 1, ni: group ng's 4 values of rows r, r + 8
+                const int mi = kp >> 2, ni = kp & 3, ng = ni >> 1;
+                const int r = kr0 + 16 * mi + g, grp = vb * 64 + vc0 + 16 * ng;
+                // values 2 t + e of tile ni - 1 and 8 + 2 t + e of tile ni: positions 4 t + 2 e, 4 t + 2 e + 1
+                const unsigned int e = sx[mi][ng];
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const float f = cake_s16_down(hr ? e >> 16 : e & 0xffffu);
+                    const float* a = S[mi][ni - 1] + 2 * hr;
+                    const float* b = S[mi][ni] + 2 * hr;
+                    *reinterpret_cast<uint2*>(reinterpret_cast<unsigned short*>(st_rec) + (r + 8 * hr) * 128 + grp + 4 * t) =
+                        make_uint2(cake_f16x2(rtf32(a[0]) * f, rtf32(b[0]) * f), cake_f16x2(rtf32(a[1]) * f, rtf32(b[1]) * f));
+                }
             }
             float4 b4[4];
             if (split && chain) {  // W S feeds the chain: S's lo part too (O takes hi only)

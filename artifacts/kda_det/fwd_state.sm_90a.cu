@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:8fdfdb738cea1cf37b4ffc9db6d3e397742998885b1275748d1f285d211de412
+// identity: sha256:3f425337cf50e358569f5e270b6fbf98a43cb884feb252d3007c522f868fc01d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -93,6 +93,66 @@ __device__ __forceinline__ void cake_prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
+// ---- begin cake/state16.cuh ----
+
+// ---- begin cake/f16.cuh ----
+
+// fp16 conversions and the 16-bit SIMD max: kda's 16-bit chunk-start states (cake/state16.cuh)
+// and cake/mma_f16.cuh's tensor-core operands.
+
+// Two floats to one f16x2 register, round to nearest even: lo in bits 0-15 (the lower k or column
+// index of a fragment pair, the lower address in memory), hi in bits 16-31. Out of range: +-inf;
+// below 2^-14: subnormal.
+__device__ __forceinline__ unsigned int cake_f16x2(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// The two halves of an f16x2 register as floats (exact).
+__device__ __forceinline__ float2 cake_f16x2_to_f32(unsigned int h) {
+    float lo, hi;
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
+        : "=f"(lo), "=f"(hi) : "r"(h));
+    return make_float2(lo, hi);
+}
+
+// The larger of each 16-bit lane, unsigned (max.u16x2: sm_90+, one instruction).
+__device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned int b) {
+    unsigned int r;
+    asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+// ---- end cake/f16.cuh ----
+
+// kda's chunk-start states in 16 bits (kda_fwd_state / _local write them, kda_bwd_chunk reads them;
+// docs/notes.md, session 20). One record per (chunk, head), CAKE_S16_BYTES bytes:
+//   fp16 [128 keys d][128 values v]  TF32(S[d][v]) * 2^(141 - E), exact: TF32 (cvt.rn, what every
+//                                    product of S rounds it to) keeps fp16's 11 significant bits;
+//                                    within each group of 16 values (32 bytes) value 16 G + r sits
+//                                    at position cake_s16_pos(r) = 2 (r & 7) + (r >> 3), the order
+//                                    in which kda_fwd_state's wgmma accumulators hold them (a
+//                                    lane's rows g and g + 8 make one 4-byte word)
+//   u8 E [8 groups][128 keys d]      at CAKE_S16_EXP: group v / 16; E = max(15, the biased fp32
+//                                    exponent of the group's largest |TF32(S)|), so that the
+//                                    largest scaled value lies in [2^14, 2^15)
+// Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
+// products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
+constexpr int CAKE_S16_BYTES = 33792;
+constexpr int CAKE_S16_EXP = 32768;
+
+// The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
+__device__ __forceinline__ unsigned int cake_s16_exp(float m) {
+    const unsigned int e = __float_as_uint(m) >> 23;
+    return e < 15u ? 15u : e;
+}
+// The writer's factor 2^(141 - E) and the reader's 2^(E - 141) (E in [15, 255]: both normal floats).
+__device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
+__device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
+
+// Position of value r (0..15) of a group within its 32 bytes, in fp16 elements.
+__device__ __forceinline__ int cake_s16_pos(int r) { return 2 * (r & 7) + (r >> 3); }
+// ---- end cake/state16.cuh ----
 // ---- begin cake/wgmma.cuh ----
 // Warpgroup matrix multiply (wgmma, sm_90a only) on tf32 operands in shared memory; the layout,
 // descriptors and fragment map are docs/wgmma-plan.md's, checked alone by tests/cuda/wgmma_probe.cu.
@@ -373,25 +433,51 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 #pragma unroll
                 for (int x = 0; x < 32; ++x) dst[(long long)(64 * hf + pcol(x)) * 128 + row_of(x)] = ST[hf][x];
         };
-        // The chunk-start states: lanes g and g ^ 1 hold value rows v, v ^ 1 of the same keys, so
-        // one shuffle pairs them and each lane stores float2 (v, v + 1): the even lane of key
-        // pcol(4j), the odd one of key pcol(4j + 1). Half the stores of store_global.
-        const bool odd = g & 1;
-        auto store_states = [&](float* dst) {
+        // The chunk-start states in 16 bits (cake/state16.cuh) from the chain's own TF32 A fragments
+        // FS. Key d's values 16 w .. 16 w + 15 (one exponent group, one 32-byte sector) lie with the
+        // eight lanes of one t, value rows g and g + 8 a lane: the group maximum's exponent is three
+        // shuffles of a word that holds it for the two keys of a (hf, j) step (one 16-bit lane each),
+        // and the format's order within a group (value row g + 8 e at position 2 g + e) makes each
+        // lane's pair one 4-byte word, so every store instruction writes whole sectors with no
+        // exchange. Four steps at a time shuffle level by level: a lane has one warp to itself
+        // per SM sub-partition, so only independent shuffles in flight hide their latency (one step
+        // after another, with the exchanges, cost the chain ~0.8 us a chunk: docs/notes.md, session 20).
+        const int v_st = vb * 64 + 16 * w + 2 * g;  // the lane's pair: positions 2 g, 2 g + 1 of its groups
+        auto store_states = [&](unsigned char* rec, auto tf) {
+            unsigned short* const hs = reinterpret_cast<unsigned short*>(rec) + v_st;
+            unsigned char* const ex = rec + CAKE_S16_EXP + (4 * vb + w) * 128 + 8 * g + t;
+            unsigned int mine[2] = {0u, 0u};  // per hf, the exponents of step j = g: keys 64 hf + 8 g + t, + 4
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf)
+            for (int q = 0; q < 4; ++q) {  // steps (hf, j), hf = q >> 1, j = 4 (q & 1) .. + 3
+                const int hf = q >> 1, j0 = 4 * (q & 1);
+                unsigned int e[4];  // step j0 + i: E of key pcol(4 j) (bits 0-15) and of pcol(4 j + 1)
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    // (through opaque copies: shuffling the accumulators serializes every wgmma)
-                    const float a[4] = {cake_wg_opaque(ST[hf][4 * j]), cake_wg_opaque(ST[hf][4 * j + 1]),
-                                        cake_wg_opaque(ST[hf][4 * j + 2]), cake_wg_opaque(ST[hf][4 * j + 3])};
-                    const float r0 = __shfl_xor_sync(0xffffffffu, odd ? a[0] : a[1], 4);
-                    const float r1 = __shfl_xor_sync(0xffffffffu, odd ? a[2] : a[3], 4);
-                    const int d = 64 * hf + pcol(4 * j + (odd ? 1 : 0)), v = row_of(4 * j) - (odd ? 1 : 0);
-                    float* p = dst + (long long)d * 128 + v;
-                    *reinterpret_cast<float2*>(p) = odd ? make_float2(r0, a[1]) : make_float2(a[0], r0);
-                    *reinterpret_cast<float2*>(p + 8) = odd ? make_float2(r1, a[3]) : make_float2(a[2], r1);
+                for (int i = 0; i < 4; ++i) {
+                    const int j = j0 + i;
+                    const float ma = fmaxf(fabsf(tf(hf, 4 * j)), fabsf(tf(hf, 4 * j + 2)));
+                    const float mb = fmaxf(fabsf(tf(hf, 4 * j + 1)), fabsf(tf(hf, 4 * j + 3)));
+                    e[i] = (__float_as_uint(ma) >> 23) | ((__float_as_uint(mb) >> 7) & 0x00ff0000u);
                 }
+#pragma unroll
+                for (int lane_bit = 4; lane_bit <= 16; lane_bit *= 2)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) e[i] = cake_max_u16x2(e[i], __shfl_xor_sync(0xffffffffu, e[i], lane_bit));
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int j = j0 + i;
+                    const unsigned int ej = cake_max_u16x2(e[i], 0x000f000fu);  // E = max(15, exponent)
+                    const float sa = cake_s16_down(ej & 0xffffu), sb = cake_s16_down(ej >> 16);
+                    const int da = 64 * hf + pcol(4 * j);  // key b = da + 4
+                    *reinterpret_cast<unsigned int*>(hs + da * 128) = cake_f16x2(tf(hf, 4 * j) * sa, tf(hf, 4 * j + 2) * sa);
+                    *reinterpret_cast<unsigned int*>(hs + (da + 4) * 128) = cake_f16x2(tf(hf, 4 * j + 1) * sb, tf(hf, 4 * j + 3) * sb);
+                    if (j == g) mine[hf] = ej;
+                }
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                ex[64 * hf] = (unsigned char)(mine[hf] & 0xffu);
+                ex[64 * hf + 4] = (unsigned char)(mine[hf] >> 16);
+            }
         };
 
         // Three copy groups a chunk, committed in the order the chain needs them: Kd^T (a chunk
@@ -417,6 +503,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             for (int i = 0; i < nc; ++i) {
                 const int ci = c0 + i;
                 const float* Kc = Ks + 8192 * (i & 1);
+                unsigned char* const rec =
+                    states_out != nullptr ? reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES : nullptr;
+                // Precise rows: the chunk's start state out first, from the hi fragments (nothing in
+                // flight; during the lo pass, whose A registers ptxas may reuse, it spilled).
+                if (split && rec != nullptr) store_states(rec, [&](int hf, int x) { return __uint_as_float(FS[hf][x]); });
                 if (kLocal) {
                     cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
                 } else {
@@ -442,6 +533,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     cake_wgmma_commit();
                 };
                 product_sw(0);
+                // While it runs: the chunk's start state out, from the A fragments.
+                if (!split && rec != nullptr) store_states(rec, [&](int hf, int x) { return __uint_as_float(FS[hf][x]); });
                 if (split) {  // FS may change only once the hi pass has read it
                     cake_wgmma_wait<0>();
 #pragma unroll
@@ -450,12 +543,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                         for (int x = 0; x < 32; ++x) FS[hf][x] = cake_tf32(ST[hf][x] - __uint_as_float(FS[hf][x]));
                     product_sw(1);
                 }
-                // While it runs: the chunk's start state out, and its TF32 copy for warpgroup 1.
-                if (states_out != nullptr) {  // precise rows: the shuffles slowed R2 by 13 % (session 10)
-                    float* dst = states_out + ((long long)ci * H + h) * 16384 + vb * 64;
-                    if (split) store_global(dst);
-                    else store_states(dst);
-                }
+                // While it runs: S^T's TF32 copy for warpgroup 1.
                 if (!kLocal) {
                     // Precise rows: S^T's copy only once the lo pass is done. Stored while it ran, ptxas
                     // gave the copy's conversions the registers of the lo pass's A operands, still

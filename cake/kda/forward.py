@@ -20,6 +20,9 @@ from .workspace import Workspace
 
 K = V = 128
 BV = 64  # value columns per state-pass block (the fwd_state template says why)
+# A chunk-start state's record, in fp32 words: TF32(S) as fp16 [K][V] and an exponent byte per key
+# and 16 values (generators/include/cake/state16.cuh, CAKE_S16_BYTES), half the bytes of fp32.
+STATE_RECORD = (2 * K * V + K * V // 16) // 4
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,7 @@ def _static(  # noqa: PLR0913
         ("gl", (NC, H, K)),
         ("G", kept((T, H, K)) if not bwd_forms_gamma(config) else None),
         ("TA", kept((NC, H, CHUNK, CHUNK))),  # T, and Akk turned above it: one tile
-        ("states", kept((NC, H, K, V))),
+        ("states", kept((NC, H, STATE_RECORD))),  # S_c in 16 bits: cake/state16.cuh
         ("R", kept((NC, H, 2 * CHUNK)) if fused else None),
     ])  # fmt: skip
     return _Static(

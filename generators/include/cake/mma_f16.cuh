@@ -1,19 +1,13 @@
 #pragma once
 
+#include "cake/f16.cuh"
+
 // fp16 tensor-core operands (docs/notes.md, session 17, section 7): fp16 keeps TF32's 11
 // significant bits, so a value scaled by a power of two into fp16's normal range is the same
 // value the TF32 path multiplies, and m16n8k16 does twice the multiply-adds of m16n8k8 tf32 per
 // instruction with two operands a register. tests/test_mma_f16_probe_gpu.py checks the fragment
 // map and the conversion on the H200, tests/test_mma_f16_emu.py the CPU twin against the same
 // references. No program uses these: kda_bwd_chunk with every mma on them measured -1.8 %.
-
-// Two floats to one f16x2 register, round to nearest even: lo in bits 0-15 (the lower k or column
-// index of a fragment pair), hi in bits 16-31. Out of range: +-inf; below 2^-14: subnormal.
-__device__ __forceinline__ unsigned int cake_f16x2(float lo, float hi) {
-    unsigned int r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
 
 // D += A(16x16, row) * B(16x8, col), fp16 operands, fp32 accumulate. g = lane / 4, t = lane % 4:
 // a0 (g, 2t..2t+1) a1 (g+8, 2t..2t+1) a2 (g, 2t+8..2t+9) a3 (g+8, 2t+8..2t+9);
