@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:890f90bba277287539ccd03f6a5b8a50e6de08cd827b665e4f67bd736a821d5f
+// identity: sha256:8b4202e157b723418c74e8bb219eebb010d06ad6fd06f68a1dcf34d61906f9d3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -631,7 +631,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 *reinterpret_cast<unsigned int*>(dv_out + in_base + (long long)i1 * tok_stride + col) =
                     cake_pack_bf16x2(b1 * acc[ni][2], b1 * acc[ni][3]);
         }
-        __syncthreads();  // every read of dVn done
+        cake_cp_async_wait<0>();  // S_c (issued in phase 0: landed by now)
+        __syncthreads();  // every read of dVn done; every thread's copies of S_c landed
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
@@ -639,13 +640,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 make_float4(rtf32(acc[ni][0]), rtf32(acc[ni][2]), rtf32(acc[ni][1]), rtf32(acc[ni][3]));
         }
     }
-    cake_cp_async_wait<0>();  // S_c
-    __syncthreads();
     // S_c to fp32 [128 d][128 v] in RD, in place: lane l of warp takes one 8-byte fp16 piece of
     // key rows warp + 16 k (a conflict-free read): positions 4 q .. 4 q + 3 (q = l & 3) of group
     // G = l >> 2, i.e. values 16 G + 2 q, + 8, + 1, + 9 (cake_s16_pos). Rows 0..63 land in RD's
     // first half, which no fp16 value occupies; rows 64..127 overwrite the fp16 values, so they are
-    // read first (8 registers) and written after a barrier.
+    // read first (8 registers) and written after the barrier that ends phase 2 (one barrier more).
     {
         const unsigned char* sh = reinterpret_cast<const unsigned char*>(RD + 8192);
         auto out = [&](int d, uint2 p) {
@@ -662,7 +661,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             const int d = warp + 16 * k;
             out(d, *reinterpret_cast<const uint2*>(sh + d * 256 + 8 * lane));
         }
-        __syncthreads();  // every fp16 value read
+        __syncthreads();  // Y stored; every fp16 value read
 #pragma unroll
         for (int k = 0; k < 4; ++k) out(64 + warp + 16 * k, late[k]);
     }

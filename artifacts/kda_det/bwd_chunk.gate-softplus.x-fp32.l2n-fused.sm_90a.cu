@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:acf5855ce1bca505abdc5b2cb190998e51cb6ae702d8aad9f0ac9e742d0f5a92
+// identity: sha256:2e6e6326310e64a261eb99cf2171936d4263baf1a61cdc51b798e4080ac7a021
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -680,7 +680,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // Row blocks 2 and 3 run 2 and 1 of this phase's 4 k steps (rb 0 runs 4): their warps form
         // Gamma meanwhile. Phase 3a is its first reader, past the two barriers below.
         if (warp >= 8) gamma_in_place(gs, L, tid - 256, gbias, gea, lower_bound);
-        __syncthreads();  // every read of dVn done
+        cake_cp_async_wait<0>();  // S_c (issued in phase 0: landed by now)
+        __syncthreads();  // every read of dVn done; every thread's copies of S_c landed
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
@@ -688,13 +689,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 make_float4(rtf32(acc[ni][0]), rtf32(acc[ni][2]), rtf32(acc[ni][1]), rtf32(acc[ni][3]));
         }
     }
-    cake_cp_async_wait<0>();  // S_c
-    __syncthreads();
     // S_c to fp32 [128 d][128 v] in RD, in place: lane l of warp takes one 8-byte fp16 piece of
     // key rows warp + 16 k (a conflict-free read): positions 4 q .. 4 q + 3 (q = l & 3) of group
     // G = l >> 2, i.e. values 16 G + 2 q, + 8, + 1, + 9 (cake_s16_pos). Rows 0..63 land in RD's
     // first half, which no fp16 value occupies; rows 64..127 overwrite the fp16 values, so they are
-    // read first (8 registers) and written after a barrier.
+    // read first (8 registers) and written after the barrier that ends phase 2 (one barrier more).
     {
         const unsigned char* sh = reinterpret_cast<const unsigned char*>(RD + 8192);
         auto out = [&](int d, uint2 p) {
@@ -711,7 +710,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             const int d = warp + 16 * k;
             out(d, *reinterpret_cast<const uint2*>(sh + d * 256 + 8 * lane));
         }
-        __syncthreads();  // every fp16 value read
+        __syncthreads();  // Y stored; every fp16 value read
 #pragma unroll
         for (int k = 0; k < 4; ++k) out(64 + warp + 16 * k, late[k]);
     }
