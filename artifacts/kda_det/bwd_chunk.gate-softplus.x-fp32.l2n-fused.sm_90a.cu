@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:2e6e6326310e64a261eb99cf2171936d4263baf1a61cdc51b798e4080ac7a021
+// identity: sha256:2798351269a9c081ca28a7e65e04a0331d15fc0e8554bdb02e076a9e281d6096
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -689,30 +689,35 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 make_float4(rtf32(acc[ni][0]), rtf32(acc[ni][2]), rtf32(acc[ni][1]), rtf32(acc[ni][3]));
         }
     }
-    // S_c to fp32 [128 d][128 v] in RD, in place: lane l of warp takes one 8-byte fp16 piece of
-    // key rows warp + 16 k (a conflict-free read): positions 4 q .. 4 q + 3 (q = l & 3) of group
-    // G = l >> 2, i.e. values 16 G + 2 q, + 8, + 1, + 9 (cake_s16_pos). Rows 0..63 land in RD's
-    // first half, which no fp16 value occupies; rows 64..127 overwrite the fp16 values, so they are
-    // read first (8 registers) and written after the barrier that ends phase 2 (one barrier more).
+    // S_c to fp32 [128 d][128 v] in RD, in place. A warp instruction takes key rows r and r + 4
+    // (lanes 0-15, 16-31; their swizzles differ in bit 1, so the 16-byte chunks written spread
+    // over all 32 banks), lane l one 16-byte fp16 chunk c = l & 15 of its row: positions 8 q .. 8 q
+    // + 7 (q = c & 1) of group G = c >> 1, i.e. values 16 G + 4 q + e and + 8 (e = 0..3,
+    // cake_s16_pos), two float4 chunks. Warp w's rows: b, b + 4, b + 1, b + 5 with b = 8 (w >> 1)
+    // + 2 (w & 1), and the same + 64. Rows 0..63 land in RD's first half, which no fp16 value
+    // occupies; rows 64..127 overwrite the fp16 values, so they are read first (8 registers) and
+    // written after the barrier that ends phase 2 (one barrier more).
     {
         const unsigned char* sh = reinterpret_cast<const unsigned char*>(RD + 8192);
-        auto out = [&](int d, uint2 p) {
-            const float f = cake_s16_up(SE[(lane >> 2) * 128 + d]);
+        const int c = lane & 15, grp = c >> 1, col = 16 * grp + 4 * (c & 1);
+        const int r0 = 8 * (warp >> 1) + 2 * (warp & 1) + ((lane >> 4) << 2);
+        auto out = [&](int d, uint4 p) {
+            const float f = cake_s16_up(SE[grp * 128 + d]);
             const float2 a = cake_f16x2_to_f32(p.x), b = cake_f16x2_to_f32(p.y);
-            const int c = 16 * (lane >> 2) + 2 * (lane & 3);
-            *reinterpret_cast<float2*>(RD + fx<128>(d, c)) = make_float2(a.x * f, b.x * f);
-            *reinterpret_cast<float2*>(RD + fx<128>(d, c + 8)) = make_float2(a.y * f, b.y * f);
+            const float2 e = cake_f16x2_to_f32(p.z), h = cake_f16x2_to_f32(p.w);
+            *reinterpret_cast<float4*>(RD + fx<128>(d, col)) = make_float4(a.x * f, b.x * f, e.x * f, h.x * f);
+            *reinterpret_cast<float4*>(RD + fx<128>(d, col + 8)) = make_float4(a.y * f, b.y * f, e.y * f, h.y * f);
         };
-        uint2 late[4];
+        uint4 late[2];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            late[k] = *reinterpret_cast<const uint2*>(sh + (64 + warp + 16 * k) * 256 + 8 * lane);
-            const int d = warp + 16 * k;
-            out(d, *reinterpret_cast<const uint2*>(sh + d * 256 + 8 * lane));
+        for (int k = 0; k < 2; ++k) {
+            const int d = r0 + k;
+            late[k] = *reinterpret_cast<const uint4*>(sh + (64 + d) * 256 + 16 * c);
+            out(d, *reinterpret_cast<const uint4*>(sh + d * 256 + 16 * c));
         }
         __syncthreads();  // Y stored; every fp16 value read
 #pragma unroll
-        for (int k = 0; k < 4; ++k) out(64 + warp + 16 * k, late[k]);
+        for (int k = 0; k < 2; ++k) out(64 + r0 + k, late[k]);
     }
     __syncthreads();
 
