@@ -280,6 +280,59 @@ def test_forward_keeps_the_chunk_solve_the_backward_reads(loader):
     assert worst_inv < 1e-6, worst_inv  # an fp32 solve of the kernel's own Akk
 
 
+def decode_states(records: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The saved chunk-start states [NC, H, 128, 128] (float64) and their exponent bytes
+    [NC, H, 128 keys, 8 groups] from the 16-bit records, decoded independently of the kernels
+    (generators/include/cake/state16.cuh: fp16 [key][value], value 16 G + r of a group at
+    position 2 (r & 7) + (r >> 3), times 2^(E - 141); E u8 [group][key] after them)."""
+    nc, h = records.shape[:2]
+    raw = records.contiguous().view(torch.uint8).reshape(nc, h, -1)
+    assert raw.shape[-1] == 33792
+    half = raw[..., :32768].contiguous().view(torch.float16).reshape(nc, h, 128, 8, 16).double()
+    pos = [2 * (r & 7) + (r >> 3) for r in range(16)]
+    values = half[..., pos]  # [nc, h, key, group, r]
+    exps = raw[..., 32768:].reshape(nc, h, 8, 128).transpose(-1, -2).to(torch.int64)
+    scale = torch.pow(2.0, (exps - 141).double())
+    return (values * scale[..., None]).reshape(nc, h, 128, 128), exps
+
+
+@needs_cxx
+@pytest.mark.parametrize("arch", [None, Arch.sm_90a], ids=["sm_90", "sm_90a"])
+def test_saved_states_are_the_chunk_start_states_in_16_bits(arch):
+    """kda_fwd_state's 16-bit records decode to TF32-exact values (what every product of S_c
+    uses), within TF32 rounding of the float64 recurrence's state at each chunk's start, and
+    each group's exponent puts its largest value in [2^14, 2^15) (fp16's top binade)."""
+    loader = EmuLoader(arch=arch) if arch is not None else EmuLoader()
+    inp, _, _ = case_inputs(CASES["g-mixed-off"], lengths=[300, 65, 1])
+    config = config_for(inp)
+    args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
+    with emulate(loader):
+        saved = forward_module.forward(*args, config, keep=True)[2]
+    assert saved is not None
+    S_c, exps = decode_states(saved["states"])
+    bits = S_c.float().view(torch.int32)
+    assert bool(((bits & 0x1FFF) == 0).all()), "not TF32-exact"
+    # the float64 recurrence (tests/kda_reference.recurrent_kda's steps), its state at chunk starts
+    q, k, v, g = (x[0].double() for x in (inp.q, inp.k, inp.v, inp.g))
+    beta = inp.beta[0].double()
+    worst, c = 0.0, 0
+    for n, (start, length) in enumerate(zip([0, 300, 365], inp.lengths, strict=True)):
+        S = inp.initial_state[n].double()
+        for t in range(start, start + length):
+            if (t - start) % 64 == 0:
+                worst = max(worst, rel_l2(S_c[c], S))
+                c += 1
+            S = torch.exp(g[t])[..., None] * S
+            e = v[t] - torch.einsum("hkv,hk->hv", S, k[t])
+            S = S + beta[t][:, None, None] * k[t][..., None] * e[:, None, :]
+    assert c == S_c.shape[0]
+    assert worst < 1e-3, worst  # TF32 rounding of S (2^-12) and the chain's own TF32 products
+    grp = S_c.abs().reshape(*S_c.shape[:3], 8, 16).amax(-1)  # [nc, h, key, group]
+    top = grp * torch.pow(2.0, (141 - exps).double())
+    ok = ((top >= 2**14) & (top < 2**15)) | ((exps == 15) & (top < 2**15))
+    assert bool(ok.all())
+
+
 @needs_cxx
 @pytest.mark.parametrize("segments", [None, 2], ids=["serial", "split"])
 @pytest.mark.parametrize("arch", [None, Arch.sm_90a], ids=["sm_90", "sm_90a"])
