@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:eda989785194d0a7577f833d98984456a7a19c3bc107982c97beabe1afdcb0c5
+// identity: sha256:a7341686b1361753f4be6331cf571418c88eb0712f4b13fdbb32dfe6d4aeaa3d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -130,7 +130,7 @@ __device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned 
 //   fp16 [128 keys d][128 values v]  TF32(S[d][v]) * 2^(141 - E), exact: TF32 (cvt.rn, what every
 //                                    product of S rounds it to) keeps fp16's 11 significant bits;
 //                                    within each group of 16 values (32 bytes) value 16 G + r sits
-//                                    at position cake_s16_pos(r) = 2 (r & 7) + (r >> 3), the order
+//                                    at position 2 (r & 7) + (r >> 3), the order
 //                                    in which kda_fwd_state's wgmma accumulators hold them (a
 //                                    lane's rows g and g + 8 make one 4-byte word)
 //   u8 E [8 groups][128 keys d]      at CAKE_S16_EXP: group v / 16; E = max(15, the biased fp32
@@ -149,9 +149,6 @@ __device__ __forceinline__ unsigned int cake_s16_exp(float m) {
 // The writer's factor 2^(141 - E) and the reader's 2^(E - 141) (E in [15, 255]: both normal floats).
 __device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
 __device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
-
-// Position of value r (0..15) of a group within its 32 bytes, in fp16 elements.
-__device__ __forceinline__ int cake_s16_pos(int r) { return 2 * (r & 7) + (r >> 3); }
 // ---- end cake/state16.cuh ----
 // ---- begin cake/fmath.cuh ----
 
@@ -690,7 +687,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // (lanes 0-15, 16-31; their swizzles differ in bit 1, so the 16-byte chunks written spread
     // over all 32 banks), lane l one 16-byte fp16 chunk c = l & 15 of its row: positions 8 q .. 8 q
     // + 7 (q = c & 1) of group G = c >> 1, i.e. values 16 G + 4 q + e and + 8 (e = 0..3,
-    // cake_s16_pos), two float4 chunks. Warp w's rows: b, b + 4, b + 1, b + 5 with b = 8 (w >> 1)
+    // cake/state16.cuh's in-group order), two float4 chunks. Warp w's rows: b, b + 4, b + 1, b + 5 with b = 8 (w >> 1)
     // + 2 (w & 1), and the same + 64. Rows 0..63 land in RD's first half, which no fp16 value
     // occupies; rows 64..127 overwrite the fp16 values, so they are read first (8 registers) and
     // written after the barrier that ends phase 2 (one barrier more).

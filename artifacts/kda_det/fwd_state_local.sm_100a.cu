@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:856e2f0da43e91e6c14dbcf0057bbe9c2517b8ad110999d36cab4884baccdbfa
+// identity: sha256:783e655f50a0e0e5125d9b83edb689e3f5e7204039f5df3bc84a4caa94fe902b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -130,7 +130,7 @@ __device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned 
 //   fp16 [128 keys d][128 values v]  TF32(S[d][v]) * 2^(141 - E), exact: TF32 (cvt.rn, what every
 //                                    product of S rounds it to) keeps fp16's 11 significant bits;
 //                                    within each group of 16 values (32 bytes) value 16 G + r sits
-//                                    at position cake_s16_pos(r) = 2 (r & 7) + (r >> 3), the order
+//                                    at position 2 (r & 7) + (r >> 3), the order
 //                                    in which kda_fwd_state's wgmma accumulators hold them (a
 //                                    lane's rows g and g + 8 make one 4-byte word)
 //   u8 E [8 groups][128 keys d]      at CAKE_S16_EXP: group v / 16; E = max(15, the biased fp32
@@ -149,9 +149,6 @@ __device__ __forceinline__ unsigned int cake_s16_exp(float m) {
 // The writer's factor 2^(141 - E) and the reader's 2^(E - 141) (E in [15, 255]: both normal floats).
 __device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
 __device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
-
-// Position of value r (0..15) of a group within its 32 bytes, in fp16 elements.
-__device__ __forceinline__ int cake_s16_pos(int r) { return 2 * (r & 7) + (r >> 3); }
 // ---- end cake/state16.cuh ----
 
 namespace {

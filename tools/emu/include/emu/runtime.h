@@ -67,13 +67,6 @@ inline float __uint_as_float(unsigned int u) { return __builtin_bit_cast(float, 
 inline unsigned int __float_as_uint(float f) { return __builtin_bit_cast(unsigned int, f); }
 inline float __int_as_float(int i) { return __builtin_bit_cast(float, i); }
 inline int __float_as_int(float f) { return __builtin_bit_cast(int, f); }
-// prmt.b32 (default mode): byte i of the result is byte (s >> 4 i) & 7 of the pair {y, x}, x low.
-inline unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
-    const unsigned long long xy = (unsigned long long)y << 32 | x;
-    unsigned int r = 0;
-    for (int i = 0; i < 4; ++i) r |= (unsigned int)((xy >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
-    return r;
-}
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
