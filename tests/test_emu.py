@@ -450,14 +450,14 @@ def test_missing_syncthreads_changes_bits_across_thread_orders():
 
 
 @needs_cxx
-def test_missing_named_barrier_reads_poison():
-    """kda_fwd_state (sm_90a): warpgroup 1 without its wait for warpgroup 0's copy of S^T (a named
-    barrier) reads the chunk-0 tile before it is written: the NaN poison reaches o. Threads in
-    descending order, so warpgroup 1 runs first."""
+def test_missing_hand_off_wait_reads_poison():
+    """kda_fwd_state (sm_90a): warpgroup 1 without its wait for warpgroup 0's copy of S^T (an
+    mbarrier, cake/mbar.cuh) reads the chunk-0 tile before it is written: the NaN poison reaches
+    o. Threads in descending order, so warpgroup 1 runs first."""
     inp, _, _ = case_inputs(CASES["g-mixed-off"])
     planted = Mutated(
         "fwd_state",
-        "cake_bar_sync(kFullS, 256);",
+        "cake_mbar_wait(mbFullS, i & 1);",
         ";",
         arch=Arch.sm_90a,
         options=Options(schedule=1),

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:c5afbdd7c583144b119aaa76bd7d45cba2f16f02969b1196d3595e9b7c7cf0e4
+// identity: sha256:fd751ee2a823c1dcd7b2a8e0109176e065b78021c1a0aca6fcdca139d5bf4a25
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:b12b2de5c35ad1cffe1ca780c4d7f7dac9a5fd359d5dbcb1d8b605f6ae11c2b9
+// identity: sha256:74e554b86d5118784e2d23c008cf83a205995a1ee39ea91fef621fb38ff8bcbf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

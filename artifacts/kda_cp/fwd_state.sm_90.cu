@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:feae720276293d518613e6d171f597a7727ba506c1027799aa86c811201e6340
+// identity: sha256:53069119fd2eeb455959f9f146a12f244dc207fb22cf49da8b1fcee11e305658
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:82552dd55a46b594560cfe6d11e710bc6775a25f04155d20252d61d224b99c4e
+// identity: sha256:208944d7a134ae53a48e7c53c6cb0e4c9e7fa7cf1708cd9c900bce0d9f067d7e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:7a25917f29dc0586d048cc3d738dcaece474a41a9943f47650a6657fc68762b5
+// identity: sha256:c516fde31ec551674a0c39cb3b3f705d642ddc3924205e873d95fa8571fac31b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

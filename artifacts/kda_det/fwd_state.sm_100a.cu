@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:82dcdcff7d0ca41ee973fd018b8f6efa354b10c143441da812a541a340aa066c
+// identity: sha256:4dcee79ee81c3693c23b28adff5dda3d79516454729a83e1a3609421eb4b8463
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:605bfb39c30945d7f77d8578b5256e35b1f4ed6c249a2566c5b0f765fb3367d4
+// identity: sha256:7f58a6e29046919cbf8d7318fc77007b5f548b8ebc3608e7ce1dc65dc572b26d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:66e1c1802e80dee2a0686bf0cbc0ddcc07b7ac16f71a581a9ddf6bcd534e3488
+// identity: sha256:029af25e77e3611ddd74c1e00889f7350900d27e015c4a8ea3b5f9881beeec6d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

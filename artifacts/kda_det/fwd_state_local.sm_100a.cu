@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:783e655f50a0e0e5125d9b83edb689e3f5e7204039f5df3bc84a4caa94fe902b
+// identity: sha256:e317beef81b46e543bbf86f07ce16ec1c56ae77c8406e008f9d2beb6e41eed8c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

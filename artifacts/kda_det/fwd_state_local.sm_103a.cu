@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:9491d253f0eb90fe147451eb6f0d881aaaef507f59d7b32b2ca916e2ac6cc98d
+// identity: sha256:f4da5d3de137b5ddb7768801f3996e4746b2a333467fea13eab1a3fed007c38f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

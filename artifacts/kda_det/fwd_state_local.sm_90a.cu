@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:c78df4ffe25759cb8ebf047d71d031d18070bb23c08e53fbe22d1208cf01c753
+// identity: sha256:03b92600cbd656a94b6bff6a6a35d1a0e6cb6f4ba064a8643ecf22aab68c84e2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -269,6 +269,34 @@ __device__ __forceinline__ void cake_bar_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory");
 }
 // ---- end cake/bar.cuh ----
+// ---- begin cake/mbar.cuh ----
+// mbarriers (shared-memory barrier objects, 8 bytes each) as one-way hand-offs between
+// warpgroups: n producer threads arrive (release), the consumers wait on the phase's parity
+// (acquire). Unlike a named barrier's arrive -> sync, compute-sanitizer's racecheck orders
+// ordinary shared-memory accesses through them, and synccheck accepts waits at any instruction
+// (tools/barrier_probe.py, docs/notes.md, session 21), so data written by ordinary stores may be
+// read by ordinary loads on the other side.
+
+// One thread initialises; every thread of the block passes a __syncthreads() before first use.
+__device__ __forceinline__ void cake_mbar_init(unsigned long long* b, int n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(cake_smem_addr(b)), "r"(n) : "memory");
+}
+
+// One of the n arrivals of the current phase; the last completes it (the parity flips).
+__device__ __forceinline__ void cake_mbar_arrive(unsigned long long* b) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" :: "r"(cake_smem_addr(b)) : "memory");
+}
+
+// Wait until the phase of this parity (0 for the first, 1 for the second, ...) has completed.
+__device__ __forceinline__ void cake_mbar_wait(unsigned long long* b, int parity) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n"
+        "CAKE_MBAR_WAIT_%=:\n\t"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n\t"
+        "@!p bra CAKE_MBAR_WAIT_%=;\n}"
+        :: "r"(cake_smem_addr(b)), "r"(parity) : "memory");
+}
+// ---- end cake/mbar.cuh ----
 
 namespace {
 
@@ -346,6 +374,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     float* Vt = As + 4096;                       // Vnew^T [64 v][64 tok], TF32 (O's B operand)
     float* Us = Vt + 4096;                       // U[:, vblock] [64 tok][64 v] (el64 layout)
     float* Gs = Us + 4096;                       // gl [128]
+    // St's hand-off as mbarriers (fwd_state: warpgroup 1 reads St with ordinary loads too, for the
+    // states; a named barrier's one-way hand-off of such data fails racecheck, cake/mbar.cuh)
+    unsigned long long* const mbFullS = reinterpret_cast<unsigned long long*>(Gs + 128);
+    unsigned long long* const mbEmptyS = mbFullS + 1;
     const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
     auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ws) >> 2); };
 
@@ -361,8 +393,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // (x & 1); the column holds index pcol(x) of a pk-ordered B (that column of a naturally ordered one).
     auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
     auto pcol = [&](int x) { return 8 * (x >> 2) + t + 4 * (x & 1); };
-    // Named barriers: warpgroup 0 / 1 internal, and warpgroup 0 -> 1 hand-offs of S^T and Vnew^T.
-    constexpr int kBarWg0 = 1, kBarWg1 = 2, kFullS = 3, kEmptyS = 4, kFullV = 5, kEmptyV = 6;
+    // Named barriers: warpgroup 0 / 1 internal, and warpgroup 0 -> 1 hand-off of Vnew^T.
+    constexpr int kBarWg0 = 1, kBarWg1 = 2, kFullV = 5, kEmptyV = 6;  // (S^T's: the mbarriers above)
     // the local program's: chunk inputs landed; W / U and gl / Kd^T buffer free (a Kd^T buffer
     // per id: warpgroup 0 frees each buffer every other chunk, so that it cannot arrive twice at
     // one barrier before warpgroup 1 has synced once, which would complete the barrier without
@@ -370,7 +402,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // every consumer reads what cp.async wrote: a one-way hand-off of data written by ordinary
     // stores and read by ordinary loads is reported by compute-sanitizer's racecheck, and a
     // bar.sync on both sides at different places by its synccheck (a probe, docs/notes.md,
-    // session 11), so warpgroup 0 keeps storing the chunk-start states itself.
+    // session 11), so the local program's warpgroup 0 stores the chunk-start states itself
+    // (fwd_state's warpgroup 1 reads St through mbarriers, which both tools accept: session 21).
     constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kEmptyK1 = 11;
 
     // Chunk inputs of the chain (W, U, gl, Kd^T) are loaded by warpgroup 0 itself; in the local
@@ -412,6 +445,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
 
+    if (!kLocal) {
+        if (tid == 0) {
+            cake_mbar_init(mbFullS, 128);   // warpgroup 0's threads, St stored
+            cake_mbar_init(mbEmptyS, 128);  // warpgroup 1's threads, St read
+        }
+        __syncthreads();
+    }
     if (wg == 0) {
         float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
 #pragma unroll
@@ -510,10 +550,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             for (int i = 0; i < nc; ++i) {
                 const int ci = c0 + i;
                 const float* Kc = Ks + 8192 * (i & 1);
-                unsigned char* const rec =
-                    states_out != nullptr ? reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES : nullptr;
-                // Precise rows: the chunk's start state out first, from the hi fragments (nothing in
-                // flight; during the lo pass, whose A registers ptxas may reuse, it spilled).
+                // The local program writes the chunk-start states itself (fwd_state: warpgroup 1,
+                // from St). Precise rows: first, from the hi fragments (nothing in flight; during the
+                // lo pass, whose A registers ptxas may reuse, it spilled).
+                unsigned char* const rec = kLocal && states_out != nullptr
+                    ? reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES : nullptr;
                 if (split && rec != nullptr) store_states(rec, [&](int hf, int x) { return __uint_as_float(FS[hf][x]); });
                 if (kLocal) {
                     cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
@@ -558,14 +599,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     // session 10; tests/test_compile.py scans the SASS for such writes). The hi-only
                     // rows overlap it safely: their A registers stay live (the copy reads them).
                     if (split) cake_wgmma_wait<0>();
-                    if (i > 0) cake_bar_sync(kEmptyS, 256);  // warpgroup 1's Qg S of chunk i-1 is done
+                    if (i > 0) cake_mbar_wait(mbEmptyS, (i - 1) & 1);  // warpgroup 1 is done with St(i-1)
 #pragma unroll
                     for (int hf = 0; hf < 2; ++hf)
 #pragma unroll
                         for (int x = 0; x < 32; ++x)
                             St[cake_wg_idx<64>(row_of(x), 64 * hf + pcol(x))] = __uint_as_float(split ? cake_tf32(ST[hf][x]) : FS[hf][x]);
                     cake_fence_proxy_async();
-                    cake_bar_arrive(kFullS, 256);
+                    cake_mbar_arrive(mbFullS);
                 }
                 cake_wgmma_wait<0>();
                 if (kLocal) {
@@ -646,6 +687,40 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 #pragma unroll
             for (int i = 0; i < 8; ++i) cake_cp_async16(As + sA + 256 * i, src + 512 * i, 16);
         };
+        // The chunk-start state S(i) out in 16 bits (cake/state16.cuh) from St, its TF32 copy (the
+        // values of warpgroup 0's A fragments, hi parts for precise rows), after this chunk's Aqk
+        // Vnew: the pass runs 5.5 % faster than with warpgroup 0 writing them (1doc). What the
+        // states still cost (~18 %) is their stores, not this work: the same writer without its
+        // stores takes what no writer takes, and staging the record for a bulk copy took as long
+        // (docs/notes.md, session 21). A lane pair takes one key d and one group of 16 values (one
+        // 32-byte sector of the record), lane p the format's positions 8 p .. 8 p + 7, i.e. values
+        // r = 4 p + j and 8 + 4 p + j (j = 0..3) as its four words: eight rounds of 16 keys and one
+        // group a warp. Rows r and r + 4 of St differ in its swizzle's bit 2 and the 16 keys fill
+        // four 16-byte chunks, so the loads are conflict-free; the stores are whole sectors.
+        const int lane = tw & 31, wq = tw >> 5, p = lane & 1;
+        auto write_states = [&](unsigned char* rec) {
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const int gl4 = q >> 1, d = 32 * wq + 16 * (q & 1) + (lane >> 1), v0 = 16 * gl4 + 4 * p;
+                float sv[8];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    sv[2 * j] = St[cake_wg_idx<64>(v0 + j, d)];
+                    sv[2 * j + 1] = St[cake_wg_idx<64>(v0 + 8 + j, d)];
+                }
+                float m = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(sv[j]));
+                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+                const unsigned int e = cake_s16_exp(m);
+                const float sc = cake_s16_down(e);
+                const int grp = 4 * vb + gl4;
+                *reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) =
+                    make_uint4(cake_f16x2(sv[0] * sc, sv[1] * sc), cake_f16x2(sv[2] * sc, sv[3] * sc),
+                               cake_f16x2(sv[4] * sc, sv[5] * sc), cake_f16x2(sv[6] * sc, sv[7] * sc));
+                if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;
+            }
+        };
         // groups, committed in this order: Q(0), A(0), then per chunk i Q(i+1), A(i+1)
         if (nc > 0) issue_q(c0);
         cake_cp_async_commit();
@@ -663,14 +738,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_cp_async_wait<1>();  // Qg(i)
             cake_fence_proxy_async();
             cake_bar_sync(kBarWg1, 128);
-            cake_bar_sync(kFullS, 256);  // S^T(i) stored by warpgroup 0
+            cake_mbar_wait(mbFullS, i & 1);  // S^T(i) stored by warpgroup 0
             cake_wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 16; ++s)
                 cake_wgmma_n64(acc, cake_wg_desc_at<64>(dlo(Qs), 0, s), cake_wg_desc_at<64>(dlo(St), 0, s), s > 0);
             cake_wgmma_commit();
             cake_wgmma_wait<0>();
-            if (i + 1 < nc) cake_bar_arrive(kEmptyS, 256);
             cake_bar_sync(kBarWg1, 128);  // every warp's Qg S is done: Qs is free
             if (i + 1 < nc) issue_q(ci + 1);
             cake_cp_async_commit();
@@ -685,6 +759,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_wgmma_commit();
             cake_wgmma_wait<0>();
             if (i + 1 < nc) cake_bar_arrive(kEmptyV, 256);
+            if (states_out != nullptr)
+                write_states(reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES);
+            if (i + 1 < nc) cake_mbar_arrive(mbEmptyS);  // St read (Qg S and the states)
             // o through As (free once every warp's Aqk Vnew is done): each thread's bf16 pairs in
             // (columns 8 (x >> 2) + 2 t, + 1: word t of 16-byte chunk x >> 2), chunk c4 of row r at
             // c4 ^ (r & 7) (conflict-free both ways), then whole 128-byte rows out, four 16-byte

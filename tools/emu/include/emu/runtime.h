@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <atomic>
 #include <mutex>
 #include <random>
@@ -152,6 +153,12 @@ struct NamedBar {
 };
 constexpr int kNamedBars = 16;
 
+// An mbarrier's state, by its shared-memory offset (the 8 bytes themselves are not modelled).
+struct MBar {
+    int count = 0, pending = 0, phase = 0;  // phase: the parity of the phase in progress
+    std::vector<Fiber*> parked;
+};
+
 struct Worker {
     // what is launched
     const char* kernel = "";
@@ -167,6 +174,7 @@ struct Worker {
     std::vector<Warp> warps;
     std::vector<Group> wgroups;
     NamedBar nbars[kNamedBars];
+    std::map<unsigned int, MBar> mbars;
     std::vector<Fiber*> ring;  // runnable fibers (each at most once)
     size_t head = 0, count = 0;
     int bar_arrived = 0, live = 0;
@@ -447,6 +455,51 @@ inline void named_bar(int id, int n, bool wait) {
     else if (w->schedule >= 2) std::shuffle(go.begin(), go.end(), w->rng);
     for (Fiber* p : go) push_ready(w, p);
     if (wait) park(w, f, kWhat[id]);
+}
+
+// mbarrier.init b, n: a phase completes when n threads have arrived.
+inline void mbar_init(void* b, int n) {
+    Worker* w = tl;
+    if (n <= 0) fail("mbarrier.init with a count of %d", n);
+    MBar& M = w->mbars[smem_offset(b)];
+    if (!M.parked.empty()) fail("mbarrier.init of an mbarrier that threads wait on");
+    M = MBar();
+    M.count = M.pending = n;
+}
+
+inline MBar& mbar_at(void* b, const char* what) {
+    Worker* w = tl;
+    auto it = w->mbars.find(smem_offset(b));
+    if (it == w->mbars.end()) fail("%s on shared-memory offset %u, which no mbarrier.init set up", what, smem_offset(b));
+    return it->second;
+}
+
+// mbarrier.arrive: the last arrival of a phase flips the parity and releases the phase's waiters
+// in the schedule's order (the arriving thread goes on).
+inline void mbar_arrive(void* b) {
+    Worker* w = tl;
+    MBar& M = mbar_at(b, "mbarrier.arrive");
+    if (--M.pending > 0) return;
+    M.phase ^= 1;
+    M.pending = M.count;
+    std::vector<Fiber*> go;
+    go.swap(M.parked);
+    if (w->schedule == 1) std::reverse(go.begin(), go.end());
+    else if (w->schedule >= 2) std::shuffle(go.begin(), go.end(), w->rng);
+    for (Fiber* p : go) push_ready(w, p);
+}
+
+// mbarrier.try_wait.parity in a loop: returns once the phase of that parity has completed, i.e.
+// while the phase in progress has the other parity.
+inline void mbar_wait(void* b, int parity) {
+    Worker* w = tl;
+    Fiber* f = w->cur;
+    while (true) {
+        MBar& M = mbar_at(b, "mbarrier.try_wait");
+        if (M.phase != (parity & 1)) return;
+        M.parked.push_back(f);
+        park(w, f, "mbarrier.try_wait");
+    }
 }
 
 enum Kind { kShflIdx = 1, kShflUp, kShflDown, kShflXor, kAll, kAny, kBallot, kSyncwarp, kMma, kMmaF16 };
@@ -929,6 +982,7 @@ inline bool run_block(Worker* w) {
     }
     for (Group& G : w->wgroups) G = Group();
     for (NamedBar& B : w->nbars) B = NamedBar();
+    w->mbars.clear();
     for (int i = 0; i < w->nthreads; ++i) {
         Fiber& f = w->fibers[(size_t)i];
         f.tid = i;
