@@ -347,6 +347,25 @@ _RAW_BWD = {
 
 
 _WG1_STORE = "*reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) ="
+_WG1_STORE_ALL = (
+    "*reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) =\n"
+    "                    make_uint4(cake_f16x2(sv[0] * sc, sv[1] * sc), cake_f16x2(sv[2] * sc, sv[3] * sc),\n"
+    "                               cake_f16x2(sv[4] * sc, sv[5] * sc), cake_f16x2(sv[6] * sc, sv[7] * sc));"
+)
+_WG1_STORE_WORDS = (
+    "{ const unsigned int w0 = cake_f16x2(sv[0] * sc, sv[1] * sc), w1 = cake_f16x2(sv[2] * sc, sv[3] * sc),"
+    " w2 = cake_f16x2(sv[4] * sc, sv[5] * sc), w3 = cake_f16x2(sv[6] * sc, sv[7] * sc);"
+    " unsigned char* const at = rec + d * 256 + 32 * grp + 16 * p;"
+)
+_WG1_STORE_EVICT = _WG1_STORE_WORDS + (
+    ' unsigned long long pol; asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));'
+    ' asm volatile("st.global.L1::no_allocate.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;"'
+    ' :: "l"(at), "r"(w0), "r"(w1), "r"(w2), "r"(w3), "l"(pol) : "memory"); }'
+)
+_WG1_STORE_CS = _WG1_STORE_WORDS + (
+    ' asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};"'
+    ' :: "l"(at), "r"(w0), "r"(w1), "r"(w2), "r"(w3) : "memory"); }'
+)
 
 # per program (package-independent name), ablation name -> replacements
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
@@ -383,6 +402,10 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         **{"no" + name: _skip_copies(_FWD_COPIES, name) for name in _FWD_COPIES},
         "nopf": NO_PREFETCH,
         "noo": NO_O,
+        # the states' 16-byte stores with a cache hint (an L2 policy that evicts them first, or
+        # .cs streaming): whether what they cost is the inputs they push out of L2
+        "stevict": [(_WG1_STORE_ALL, _WG1_STORE_EVICT)],
+        "stcs": [(_WG1_STORE_ALL, _WG1_STORE_CS)],
         # warpgroup 1's 16-bit states writer (session 21; nostates: gone, the hand-off kept):
         # computed but not stored
         "wg1nostore": [
