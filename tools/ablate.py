@@ -412,10 +412,6 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             (_WG1_STORE, "if (H < 0) " + _WG1_STORE),
             ("if (p == 0) rec[CAKE_S16_EXP", "if (p == 0 && H < 0) rec[CAKE_S16_EXP"),
         ],
-        # the chunk-start states by one bulk copy of S^T's TF32 copy (St, fp32 [64 v][128 K] as
-        # wgmma reads it) issued by warpgroup 1 once it holds St, its read waited for before St is
-        # handed back; the chain writes none. Timing only: two chunks' copies share a record slot
-        # (the 16-bit buffer holds half of them), so the bytes are fp32's, the addresses half.
         # o's stores alone (warpgroup 1's products kept: t0 >= 0 is not known to the compiler)
         "noostore": [(_O_STORE, _O_STORE.replace("if (r < L)", "if (r < L && t0 < 0)"))],
         "nowgmma": NO_WGMMA,

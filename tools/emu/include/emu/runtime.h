@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <random>
 #include <string>
