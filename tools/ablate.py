@@ -347,9 +347,8 @@ _RAW_BWD = {
 
 
 _WG1_STORE = "*reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) ="
-_WG1_STORE_ALL = (
-    "*reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) =\n"
-    "                    make_uint4(cake_f16x2(sv[0] * sc, sv[1] * sc), cake_f16x2(sv[2] * sc, sv[3] * sc),\n"
+_WG1_STORE_ALL = _WG1_STORE + (
+    "\n                    make_uint4(cake_f16x2(sv[0] * sc, sv[1] * sc), cake_f16x2(sv[2] * sc, sv[3] * sc),\n"
     "                               cake_f16x2(sv[4] * sc, sv[5] * sc), cake_f16x2(sv[6] * sc, sv[7] * sc));"
 )
 _WG1_STORE_WORDS = (

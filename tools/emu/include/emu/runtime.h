@@ -424,6 +424,13 @@ inline void syncthreads() {
     park(w, f, "__syncthreads()");
 }
 
+// The threads of a completed barrier phase made runnable, in the schedule's order.
+inline void wake(Worker* w, std::vector<Fiber*>& go) {
+    if (w->schedule == 1) std::reverse(go.begin(), go.end());
+    else if (w->schedule >= 2) std::shuffle(go.begin(), go.end(), w->rng);
+    for (Fiber* p : go) push_ready(w, p);
+}
+
 // bar.sync (wait) / bar.arrive id, n: the phase completes when n threads have arrived; the threads
 // parked on it are then released in the schedule's order (the completing one with them).
 inline void named_bar(int id, int n, bool wait) {
@@ -451,9 +458,7 @@ inline void named_bar(int id, int n, bool wait) {
     go.swap(B.parked);
     B.arrived = 0;
     if (wait) go.push_back(f);
-    if (w->schedule == 1) std::reverse(go.begin(), go.end());
-    else if (w->schedule >= 2) std::shuffle(go.begin(), go.end(), w->rng);
-    for (Fiber* p : go) push_ready(w, p);
+    wake(w, go);
     if (wait) park(w, f, kWhat[id]);
 }
 
@@ -484,9 +489,7 @@ inline void mbar_arrive(void* b) {
     M.pending = M.count;
     std::vector<Fiber*> go;
     go.swap(M.parked);
-    if (w->schedule == 1) std::reverse(go.begin(), go.end());
-    else if (w->schedule >= 2) std::shuffle(go.begin(), go.end(), w->rng);
-    for (Fiber* p : go) push_ready(w, p);
+    wake(w, go);
 }
 
 // mbarrier.try_wait.parity in a loop: returns once the phase of that parity has completed, i.e.
