@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:fd751ee2a823c1dcd7b2a8e0109176e065b78021c1a0aca6fcdca139d5bf4a25
+// identity: sha256:4cf1372ad1942e5ccc56f14c1d7724cdcbf262430d99e78de2e88fba70f26043
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:74e554b86d5118784e2d23c008cf83a205995a1ee39ea91fef621fb38ff8bcbf
+// identity: sha256:1fe0602606a59d541e8cb7c643b94f8facb70965e555ce24868dc7bc11583f84
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:a7d61ed3a02c4334089344f1637b8a0f7682dfb5e4cc464aeed2e00e61042fa4
+// identity: sha256:3e00343473dc79c63d4083db6ca2185eb4142de8de32e7d243bfbffb01a1de29
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:53069119fd2eeb455959f9f146a12f244dc207fb22cf49da8b1fcee11e305658
+// identity: sha256:a3d2260f109bc9198da85cb254aa055031a69b737e826cdb6ade3d980b83115d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:6897040e92a593c5368aa8fe826a9368ff9cf751b403831b7157618cff277f1e
+// identity: sha256:e4c072d5632377f9cb95f5071fd0bb12ce211cae2e1056814b0660573d29395b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:208944d7a134ae53a48e7c53c6cb0e4c9e7fa7cf1708cd9c900bce0d9f067d7e
+// identity: sha256:53c4a31835a90742d90c9b9a4af7a9c78e44a434bfd46823d8938a4a6c79adc7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

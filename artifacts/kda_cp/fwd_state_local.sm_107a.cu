@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:c516fde31ec551674a0c39cb3b3f705d642ddc3924205e873d95fa8571fac31b
+// identity: sha256:17f2d86c9d4964534837a89d7d29da4746d7951ae03e1071eefc48872d137dd4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:847028a30cc7b67c4224fcd0980c34bc789dcbe3e3f87942cfa3f396e4ced710
+// identity: sha256:08329e6cf3c338c922cf230f65845cbb08246c5359320cda9a6f55e2c050d8ec
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

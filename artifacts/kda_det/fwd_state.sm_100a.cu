@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:4dcee79ee81c3693c23b28adff5dda3d79516454729a83e1a3609421eb4b8463
+// identity: sha256:ce65b3b92e856ecbc1e14e5a09dec17c553dae90284362adba69328ed2a7e753
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:7f58a6e29046919cbf8d7318fc77007b5f548b8ebc3608e7ce1dc65dc572b26d
+// identity: sha256:f13930daa8a9389e7e7a7057015e8599c5408d1266485a914665a4449fd3a610
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:029af25e77e3611ddd74c1e00889f7350900d27e015c4a8ea3b5f9881beeec6d
+// identity: sha256:61be2c8e1df83b8edf7ad43425eb624804467d3a19c43836ce8639cbadbba214
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:10daa36453db82510c8bed39b4a321673463158772138051f77484c024c76cad
+// identity: sha256:838db40fdb8eff7157691c5f309316887249ffd87457150ad9cdb38af289b410
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

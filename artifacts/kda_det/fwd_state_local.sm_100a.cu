@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:e317beef81b46e543bbf86f07ce16ec1c56ae77c8406e008f9d2beb6e41eed8c
+// identity: sha256:e2ac8c2cf290b20001086d1763bb97fc7e9d906bc7d760aaa7d4a18155ccf3e9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

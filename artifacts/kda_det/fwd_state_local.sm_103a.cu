@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:f4da5d3de137b5ddb7768801f3996e4746b2a333467fea13eab1a3fed007c38f
+// identity: sha256:65368a9e83174f9f2dea63c3a20f64c1f20a46541e1bcb7285f15a08a5918d65
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

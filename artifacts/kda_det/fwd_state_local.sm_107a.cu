@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:b4b8594be762a4358fb4991c3bf71ae6bc94999960f1ad799a4b14620bc9f1c8
+// identity: sha256:fe3649ce72ea1d7a743b387ec042095585c326f7ac54d6e2aa50b04e0e31fa6e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:ee67098f5d9b4896c56603532ba0223fe17ffcf4d67d698a1241b9355275b537
+// identity: sha256:5e45e62eaaa8ad71dfb354c512bebfaa1d1b567c03cfc32b3b9652b5a30b015a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:03b92600cbd656a94b6bff6a6a35d1a0e6cb6f4ba064a8643ecf22aab68c84e2
+// identity: sha256:e1b50e75297f762c0036a89a0daa698de80d0ebd2dee47465fe579d4aea34007
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -374,10 +374,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     float* Vt = As + 4096;                       // Vnew^T [64 v][64 tok], TF32 (O's B operand)
     float* Us = Vt + 4096;                       // U[:, vblock] [64 tok][64 v] (el64 layout)
     float* Gs = Us + 4096;                       // gl [128]
-    // St's hand-off as mbarriers (fwd_state: warpgroup 1 reads St with ordinary loads too, for the
-    // states; a named barrier's one-way hand-off of such data fails racecheck, cake/mbar.cuh)
+    // Hand-offs of data that the other warpgroup reads with ordinary loads, as mbarriers (a named
+    // barrier's one-way hand-off of such data fails racecheck, cake/mbar.cuh): fwd_state's St
+    // (warpgroup 1 reads it for the states), the local program's U and gl (the chain reads them).
     unsigned long long* const mbFullS = reinterpret_cast<unsigned long long*>(Gs + 128);
     unsigned long long* const mbEmptyS = mbFullS + 1;
+    unsigned long long* const mbFullUG = mbFullS + 2;
+    unsigned long long* const mbEmptyUG = mbFullS + 3;
     const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
     auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ws) >> 2); };
 
@@ -404,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // bar.sync on both sides at different places by its synccheck (a probe, docs/notes.md,
     // session 11), so the local program's warpgroup 0 stores the chunk-start states itself
     // (fwd_state's warpgroup 1 reads St through mbarriers, which both tools accept: session 21).
-    constexpr int kFullL = 7, kEmptyW = 8, kEmptyUG = 9, kEmptyK0 = 10, kEmptyK1 = 11;
+    constexpr int kFullL = 7, kEmptyW = 8, kEmptyK0 = 10, kEmptyK1 = 11;  // (U and gl: mbarriers)
 
     // Chunk inputs of the chain (W, U, gl, Kd^T) are loaded by warpgroup 0 itself; in the local
     // program (no O) warpgroup 1 issues them instead, handing over through named barriers.
@@ -445,13 +448,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
 
-    if (!kLocal) {
-        if (tid == 0) {
+    if (tid == 0) {
+        if (!kLocal) {
             cake_mbar_init(mbFullS, 128);   // warpgroup 0's threads, St stored
             cake_mbar_init(mbEmptyS, 128);  // warpgroup 1's threads, St read
+        } else {
+            cake_mbar_init(mbFullUG, 128);   // warpgroup 1's threads, U and gl landed
+            cake_mbar_init(mbEmptyUG, 128);  // warpgroup 0's threads, Us and Gs read
         }
-        __syncthreads();
     }
+    __syncthreads();
     if (wg == 0) {
         float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
 #pragma unroll
@@ -557,7 +563,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     ? reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES : nullptr;
                 if (split && rec != nullptr) store_states(rec, [&](int hf, int x) { return __uint_as_float(FS[hf][x]); });
                 if (kLocal) {
-                    cake_bar_sync(kFullL, 256);  // W(i), U(i), gl(i), Kd(i), loaded by warpgroup 1
+                    cake_bar_sync(kFullL, 256);  // W(i), Kd(i), loaded by warpgroup 1
                 } else {
                     cake_cp_async_wait<1>();   // W(i), Kd(i) (U(i) and gl(i) may be in flight)
                     cake_fence_proxy_async();  // cp.async data -> wgmma's reads
@@ -611,6 +617,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 cake_wgmma_wait<0>();
                 if (kLocal) {
                     if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
+                    cake_mbar_wait(mbFullUG, i & 1);  // U(i), gl(i), loaded by warpgroup 1 (waited for only now)
                 } else {
                     cake_cp_async_wait<1>();      // U(i), gl(i) (Kd(i+1) may be in flight)
                     cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free; U(i), gl(i) landed
@@ -657,7 +664,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 if (split) product_vk(FV2);
                 cake_wgmma_commit();
                 if (kLocal) {
-                    if (i + 1 < nc) cake_bar_arrive(kEmptyUG, 256);  // this warp's reads of Us and Gs are done
+                    if (i + 1 < nc) cake_mbar_arrive(mbEmptyUG);  // this thread's reads of Us and Gs are done
                 } else {
                     cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
                     if (i + 1 < nc) issue_ug(ci + 1);
@@ -791,18 +798,25 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         cake_cp_async_wait<0>();
     } else {
         // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two).
-        auto land = [&]() {  // this thread's copies landed, visible to wgmma, then announced
-            cake_cp_async_commit();
-            cake_cp_async_wait<0>();
+        // This thread's copies landed, then announced in two steps: W and Kd^T (wgmma's operands,
+        // needed first) on kFullL, U and gl (read after W S) on mbFullUG. One wait for all four
+        // exposed U's and gl's latency at the top of every chunk (session 18's split of the same
+        // wait in fwd_state: -14 %).
+        auto land = [&]() {
+            cake_cp_async_wait<1>();  // everything but the newest group (U, gl)
             cake_fence_proxy_async();
             cake_bar_arrive(kFullL, 256);
+            cake_cp_async_wait<0>();
+            cake_mbar_arrive(mbFullUG);
         };
         if (pf && nc > 1) prefetch_chunk(c0 + 1);
         if (nc > 0) {
             issue_k(c0);
             if (nc > 1) issue_k(c0 + 1);
             issue_w(c0);
+            cake_cp_async_commit();
             issue_ug(c0);
+            cake_cp_async_commit();
             land();
         }
 #pragma unroll 1
@@ -812,8 +826,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
                 cake_bar_sync(kEmptyW, 256);
                 issue_w(ci + 1);
-                cake_bar_sync(kEmptyUG, 256);
+                cake_cp_async_commit();
+                cake_mbar_wait(mbEmptyUG, i & 1);
                 issue_ug(ci + 1);
+                cake_cp_async_commit();
                 land();
             }
             if (i + 2 < nc) {  // Kd^T of chunk i+2, into chunk i's buffer once its product is done
