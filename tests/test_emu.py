@@ -469,6 +469,18 @@ def test_missing_hand_off_wait_reads_poison():
 
 
 @needs_cxx
+def test_bulk_copy_lands_only_for_its_waiters():
+    """kda_fwd_state (sm_90a) copies each chunk tile with one bulk copy on a transaction mbarrier:
+    without the chain's wait for W's, the copies never land (nothing waits for them: a block that
+    exits with copies in flight is reported, and so is the next chunk's arrival on the phase that
+    still waits for its bytes)."""
+    inp, _, _ = case_inputs(CASES["g-mixed-off"])
+    planted = Mutated("fwd_state", "cake_mbar_wait(mbW, i & 1);", ";", arch=Arch.sm_90a)
+    with pytest.raises(EmuError, match="bulk copies in flight|arrivals are all in"):
+        forward_outputs(inp, planted)
+
+
+@needs_cxx
 def test_operand_that_is_not_tf32_is_reported():
     """kda_fwd_state (sm_90a) handing S's raw fp32 bits to the tensor cores as a register A operand
     instead of TF32(S): refused (what the tensor cores do with such bits is not modelled)."""

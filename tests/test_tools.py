@@ -180,11 +180,11 @@ def test_ablate_build_adds_the_control_to_any_chosen_ablation(monkeypatch, tmp_p
     monkeypatch.setattr(
         ablate, "compile_variant", lambda out, name, tag, src: built.append(f"{name}:{tag}")
     )
-    ablate.build(tmp_path, ["fwd_state.sm_90a:fewwaits"])
-    assert built == ["fwd_state.sm_90a:same", "fwd_state.sm_90a:fewwaits"]
+    ablate.build(tmp_path, ["fwd_state.sm_90a:nokd"])
+    assert built == ["fwd_state.sm_90a:same", "fwd_state.sm_90a:nokd"]
     built.clear()
-    ablate.build(tmp_path, ["fwd_state.sm_90a:same", "fwd_state.sm_90a:tmakd"])
-    assert built == ["fwd_state.sm_90a:same", "fwd_state.sm_90a:tmakd"]
+    ablate.build(tmp_path, ["fwd_state.sm_90a:same", "fwd_state.sm_90a:wg1sink"])
+    assert built == ["fwd_state.sm_90a:same", "fwd_state.sm_90a:wg1sink"]
     built.clear()
     ablate.build(tmp_path, ["bwd_state.sm_90a:same"])
     assert built == ["bwd_state.sm_90a:same"]

@@ -31,7 +31,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 HEADERS_END = "// ---- end cake/"
 NO_PREFETCH = [("NOOP:", "#define cake_prefetch_l2(p) ((void)0)")]
-NO_LOAD = [("NOOP:", "#define cake_cp_async16(d, s, n) ((void)0)"), *NO_PREFETCH]
+# cp.async pieces and bulk copies (a bulk copy's expected bytes become a plain arrival)
+NO_LOAD = [
+    ("NOOP:", "#define cake_cp_async16(d, s, n) ((void)0)"),
+    ("NOOP:", "#define cake_bulk_load(d, s, n, b) ((void)0)"),
+    ("NOOP:", "#define cake_mbar_expect_tx(b, n) cake_mbar_arrive(b)"),
+    *NO_PREFETCH,
+]
 
 # fwd_state's serial chain alone: no loads, no state or o stores
 _REC = "unsigned char* const rec = kLocal && states_out != nullptr"
@@ -57,49 +63,42 @@ NO_WGMMA = [
 ]
 CHAIN = NO_LOAD + NO_STATES + NO_O
 
-# Each state pass's cp.async of one input (one line of its issue loop), to leave out by name.
-_FWD_COPIES = {
-    "w": "cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);",
-    "kd": "cake_cp_async16(dst + 256 * i, src + 512 * i, 16);",
-    "u": "cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);",
-    "qg": "cake_cp_async16(Qs + ((i & 1) ? sQ1 : sQ0) + 256 * (i >> 1), src + 512 * i, 16);",
-    "aqk": "cake_cp_async16(As + sA + 256 * i, src + 512 * i, 16);",
+
+# One input of kda_fwd_state left out: its bulk copy an arrival without bytes (its tile stays stale).
+def _fwd_bulk(mb: str, tile: str) -> str:
+    return f"if (issuer) bulk({mb}, {tile} + ((long long)ci * H + h) * "
+
+
+_FWD_NO_COPY: dict[str, list[tuple[str, str]]] = {
+    n: [
+        (
+            _fwd_bulk(mb, t),
+            f"if (issuer) cake_mbar_arrive({mb}); if (false) bulk({mb}, {t} + ((long long)ci * H + h) * ",
+        )
+    ]
+    for n, mb, t in (
+        ("w", "mbW", "Ws, W"),
+        ("kd", "mbK + b", "Ks + 8192 * b, Kd"),
+        ("qg", "mbQ", "Qs, Qg"),
+        ("aqk", "mbA", "As, Aqk"),
+    )
 }
+_FWD_NO_COPY["u"] = [
+    ("cake_mbar_expect_tx(mbUG, u ? 16384 + 512 : 512);", "cake_mbar_expect_tx(mbUG, 512);"),
+    ("        if (u) cake_bulk_load(Us, ", "        if (false) cake_bulk_load(Us, "),
+]
+# kda_bwd_state's cp.async of one input (one line of its issue loop), to leave out by name.
 _BWD_COPIES = {
-    "kd": "cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gK + 1024 * i, 16);",
-    "aqk": "cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gK + 1024 * i, 16);",
-    "qg": "cake_cp_async16(Qs + sB + 1024 * i, Qg + base + 1024 * i, 16);",
-    "w": "cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);",
+    "kd": "cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gKd + 512 * i, 16);",
+    "aqk": "cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gA + 512 * i, 16);",
+    "qg": "cake_cp_async16(Qs + sB + 1024 * i, Qg + base + gQ + 256 * i, 16);",
+    "w": "cake_cp_async16(Ws + sB + 1024 * i, W + base + gW + 256 * i, 16);",
 }
 
 
 def _skip_copies(copies: dict[str, str], *names: str) -> list[tuple[str, str]]:
     return [(copies[n], "(void)0;") for n in names]
 
-
-# the tiles both value blocks of a head read (W, Kd^T, Qg, Aqk), each block copying only every
-# other piece: the shared-memory fill traffic of a 2-block cluster whose blocks each load half and
-# multicast it to both (the barriers such a cluster would need not counted; o comes out wrong)
-FWD_HALF_LOADS = [
-    (
-        "        for (int i = 0; i < 16; ++i)\n            cake_cp_async16(Ws + ",
-        "        for (int i = vb; i < 16; i += 2)\n            cake_cp_async16(Ws + ",
-    ),
-    (
-        "for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);",
-        "for (int i = vb; i < 16; i += 2) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);",
-    ),
-]
-FWD_HALF_LOADS_O = [
-    (
-        "for (int i = 0; i < 16; ++i)\n                cake_cp_async16(Qs + ",
-        "for (int i = vb; i < 16; i += 2)\n                cake_cp_async16(Qs + ",
-    ),
-    (
-        "for (int i = 0; i < 8; ++i) cake_cp_async16(As + sA + 256 * i",
-        "for (int i = vb; i < 8; i += 2) cake_cp_async16(As + sA + 256 * i",
-    ),
-]
 
 # kda_bwd_state's: without its dS_end / dVn stores, and its chain alone (no loads, no stores)
 BWD_NO_STATES = [("if (dS_end != nullptr) store_global(", "if (false) store_global(")]
@@ -263,66 +262,12 @@ def _halve_loop(loop: str) -> tuple[str, str]:
 # whole 32 KB tile by one thread, completion on an mbarrier a buffer (in the free shared memory
 # after gl), in place of 16 cp.async a thread. The tile lands unpermuted (wrong layout, the same
 # bytes): what the LSU path of the copies costs next to the bulk engine's (docs/notes.md, session 18).
-_TMA_HELPERS = """
-__device__ __forceinline__ void abl_mbar_init(unsigned long long* mb) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(cake_smem_addr(mb)) : "memory");
-}
-__device__ __forceinline__ void abl_bulk_load(void* dst, const void* src, unsigned bytes, unsigned long long* mb) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(cake_smem_addr(mb)), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(cake_smem_addr(dst)), "l"(src), "r"(bytes), "r"(cake_smem_addr(mb)) : "memory");
-}
-__device__ __forceinline__ void abl_mbar_wait(unsigned long long* mb, unsigned parity) {
-    unsigned ok = 0;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(ok) : "r"(cake_smem_addr(mb)), "r"(parity) : "memory");
-    } while (!ok);
-}
-"""
-FWD_TMA_KD = [
-    ("NOOP:", _TMA_HELPERS),
-    (
-        """    auto issue_k = [&](int ci) {  // Kd^T rows rk + 8i -> pk row pkinv(rk) + 8i
-        const float* src = Kd + ((long long)ci * H + h) * 8192 + gK;
-        float* dst = Ks + 8192 * ((ci - c0) & 1) + sK;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);
-    };""",
-        """    unsigned long long* const kmb = reinterpret_cast<unsigned long long*>(Gs + 128);
-    auto issue_k = [&](int ci) {
-        if (tw == 0)
-            abl_bulk_load(Ks + 8192 * ((ci - c0) & 1), Kd + ((long long)ci * H + h) * 8192, 32768, kmb + ((ci - c0) & 1));
-    };""",
-    ),
-    (
-        """        if (!kLocal) {
-            if (nc > 0) issue_k(c0);""",
-        """        if (tw == 0) {
-            abl_mbar_init(kmb);
-            abl_mbar_init(kmb + 1);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        cake_bar_sync(kBarWg0, 128);
-        if (!kLocal) {
-            if (nc > 0) issue_k(c0);""",
-    ),
-    (
-        "cake_cp_async_wait<1>();   // W(i), Kd(i)",
-        "abl_mbar_wait(kmb + (i & 1), (i >> 1) & 1);\n                    cake_cp_async_wait<1>();  // W(i)",
-    ),
-]
-
-
 # the copies all kept, their waits only every fourth chunk (wrong data, the same traffic): what the
 # per-chunk cp.async waits cost apart from the copies
 def _every_fourth(*waits: str) -> list[tuple[str, str]]:
     return [(w, "if ((i & 3) == 0) " + w) for w in waits]
 
 
-FWD_WAITS_WG0 = ("cake_cp_async_wait<1>();   // W(i)", "cake_cp_async_wait<1>();      // U(i)")
-FWD_WAITS_WG1 = ("cake_cp_async_wait<1>();  // Qg(i)", "cake_cp_async_wait<1>();  // Aqk(i)")
-FWD_FEW_WAITS = _every_fourth(*FWD_WAITS_WG0, *FWD_WAITS_WG1)
 BWD_FEW_WAITS = _every_fourth(
     "cake_cp_async_wait<1>();  // group A", "cake_cp_async_wait<1>();  // group B"
 )
@@ -361,6 +306,13 @@ _WG1_STORE_EVICT = _WG1_STORE_WORDS + (
     ' asm volatile("st.global.L1::no_allocate.L2::cache_hint.v4.b32 [%0], {%1, %2, %3, %4}, %5;"'
     ' :: "l"(at), "r"(w0), "r"(w1), "r"(w2), "r"(w3), "l"(pol) : "memory"); }'
 )
+# every value of the record formed, folded into one register that is stored only where H < 0 (never):
+# the writer's work without its stores (wg1nostore's guard let ptxas sink that work into the branch)
+_WG1_STORE_SINK = _WG1_STORE_WORDS + " abl_sink ^= w0 ^ w1 ^ w2 ^ w3 ^ (unsigned int)(size_t)at; }"
+_WG1_END = "    } else {\n        // ---- warpgroup 1 of the local program"
+_WG1_EMPTY_S = (
+    "            if (i + 1 < nc) cake_mbar_arrive(mbEmptyS);  // St read (Qg S and the states)\n"
+)
 _WG1_STORE_CS = _WG1_STORE_WORDS + (
     ' asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};"'
     ' :: "l"(at), "r"(w0), "r"(w1), "r"(w2), "r"(w3) : "memory"); }'
@@ -391,14 +343,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ),
             ("gl, (long long)ci * H + h, tw", "gl, (long long)c0 * H + h, tw"),
         ],
-        "halfloads": FWD_HALF_LOADS + FWD_HALF_LOADS_O,
-        "tmakd": FWD_TMA_KD,
-        "fewwaits": FWD_FEW_WAITS,
-        # the same, one warpgroup's waits only: the chain's (W, Kd^T, U, gl) or o's (Qg, Aqk)
-        "fewwaits0": _every_fourth(*FWD_WAITS_WG0),
-        "fewwaits1": _every_fourth(*FWD_WAITS_WG1),
-        # one input's copies left out (its tile stays stale): whose load latency the chain waits on
-        **{"no" + name: _skip_copies(_FWD_COPIES, name) for name in _FWD_COPIES},
+        # one input's copy left out (its tile stays stale): whose load the chain waits on
+        **{"no" + name: patches for name, patches in _FWD_NO_COPY.items()},
         "nopf": NO_PREFETCH,
         "noo": NO_O,
         # the states' 16-byte stores with a cache hint (an L2 policy that evicts them first, or
@@ -407,6 +353,28 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "stcs": [(_WG1_STORE_ALL, _WG1_STORE_CS)],
         # warpgroup 1's 16-bit states writer (session 21; nostates: gone, the hand-off kept):
         # computed but not stored
+        "wg1sink": [
+            (
+                "        auto write_states = [&](unsigned char* rec) {",
+                "        unsigned int abl_sink = 0u;\n        auto write_states = [&](unsigned char* rec) {",
+            ),
+            (_WG1_STORE_ALL, _WG1_STORE_SINK),
+            ("if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;", "abl_sink += e;"),
+            (
+                _WG1_END,
+                "        if (H < 0) reinterpret_cast<unsigned int*>(o)[tid] = abl_sink;\n"
+                + _WG1_END,
+            ),
+        ],
+        # St's release a relaxed arrive (no ordering of the states' stores before it; not a
+        # correct program): whether the release waits for those stores
+        "wg1relaxed": [
+            (
+                _WG1_EMPTY_S,
+                '            if (i + 1 < nc) asm volatile("mbarrier.arrive.relaxed.cta.shared::cta.b64 _, [%0];"'
+                ' :: "r"(cake_smem_addr(mbEmptyS)) : "memory");\n',
+            )
+        ],
         "wg1nostore": [
             (_WG1_STORE, "if (H < 0) " + _WG1_STORE),
             ("if (p == 0) rec[CAKE_S16_EXP", "if (p == 0 && H < 0) rec[CAKE_S16_EXP"),
@@ -454,7 +422,10 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             ("float* out = Qg + ws * 8192;", "float* out = Qg;"),
             ("float* aout = Aqk + ws * 4096;", "float* aout = Aqk;"),
             ("float* kout = Kd + ws * 8192;", "float* kout = Kd;"),
-            ("float* out = (isW ? W : U) + ws * 8192;", "float* out = (isW ? W : U);"),
+            (
+                "float* const out = (isW ? W : U) + ws * 8192 +",
+                "float* const out = (isW ? W : U) +",
+            ),
             ("float* ta = TA_out + ws * 4096;", "float* ta = TA_out;"),
             ("G_out + in_base + (long long)r", "G_out + (long long)h * 128 + (long long)r"),
         ],
@@ -497,7 +468,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "nostates": BWD_NO_STATES,
         "nodvn": BWD_NO_DVN,
         # the tiles both value blocks read (Kd^T, Aqk, Qg, W), every other piece each (as
-        # fwd_state's halfloads: what a 2-block cluster's multicast loads would move)
+        # fwd_state's halfloads of session 18: what a 2-block cluster's multicast loads would move)
         "halfloads": [
             (
                 f"for (int i = 0; i < {n}; ++i) cake_cp_async16({t} + {o} + 1024 * i",
@@ -547,7 +518,6 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     # the precise chain (TF32 hi + lo of S and Vnew) of the rows of split sequences: its cost
     "fwd_state_local.sm_90a": {  # kda_cp only: the local passes
         "noprecise": NO_PRECISE,
-        "halfloads": FWD_HALF_LOADS,
         "nopf": NO_PREFETCH,
     },
     # kda_bwd_chunk's L2 prefetches (dS_end in phase 0; the raw gate input x in phase 6) left out

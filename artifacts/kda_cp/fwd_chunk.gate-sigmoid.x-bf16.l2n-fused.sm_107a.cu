@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a
-// identity: sha256:0cfb94d3edcd70c43168e91bd73a167b8899e75ccfaf0bd5c90445d5f666e566
+// identity: sha256:2623ff1801c458a8a00ea14185f46b21752b8b34d8475b4e578631a7b0924e70
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -212,6 +212,15 @@ __device__ __forceinline__ float4 cake_gamma_add(float4 acc, float4 x, float4 bi
 // ---- end cake/gate.cuh ----
 
 namespace {
+
+// Where the state passes' tiles go inside a chunk-head's tile (float offsets): sm_90a's
+// kda_fwd_state copies each whole into shared memory, so they are stored in its image of them
+// (cake/chunk_image.cuh); the portable programs read them row-major.
+__device__ __forceinline__ int out_w(int r, int k) { return r * 128 + k; }
+__device__ __forceinline__ int out_u(int r, int v) { return r * 128 + v; }
+__device__ __forceinline__ int out_qg(int r, int k) { return r * 128 + k; }
+__device__ __forceinline__ int out_kd(int d, int r) { return d * 64 + r; }
+__device__ __forceinline__ int out_aqk(int r, int c) { return r * 64 + c; }
 
 constexpr bool kL2Norm = true;
 constexpr int kGate = 2;
@@ -621,7 +630,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = rtf32(m * x[1] * cake_ex2(gg.y));
             y.z = rtf32(m * x[2] * cake_ex2(gg.z));
             y.w = rtf32(m * x[3] * cake_ex2(gg.w));
-            *reinterpret_cast<float4*>(out + r * 128 + 4 * c4) = y;
+            *reinterpret_cast<float4*>(out + out_qg(r, 4 * c4)) = y;
         }
     }
     __syncthreads();
@@ -664,7 +673,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = 4 * c4 + 1 <= r ? rtf32(a.y) : 0.f;
             y.z = 4 * c4 + 2 <= r ? rtf32(a.z) : 0.f;
             y.w = 4 * c4 + 3 <= r ? rtf32(a.w) : 0.f;
-            *reinterpret_cast<float4*>(aout + r * 64 + 4 * c4) = y;
+            *reinterpret_cast<float4*>(aout + out_aqk(r, 4 * c4)) = y;
         }
         // Kd transposed: a warp writes two whole 256-byte rows (dims) of it per store.
         float* kout = Kd + ws * 8192;
@@ -678,7 +687,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 const float kv = ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
                 y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
             }
-            *reinterpret_cast<float4*>(kout + d * 64 + r0) = make_float4(y[0], y[1], y[2], y[3]);
+            *reinterpret_cast<float4*>(kout + out_kd(d, r0)) = make_float4(y[0], y[1], y[2], y[3]);
         }
         if (tid >= 128) {
             const int d = tid - 128;
@@ -791,18 +800,23 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 }
             }
         }
+        // Rows 16 mi + g and + 8 lie a constant step from row g in either layout (both repeat
+        // every 8 rows), so one offset per n-tile: with one per element the g program spilled.
 #pragma unroll
-        for (int mi = 0; mi < 4; ++mi)
+        for (int ni = 0; ni < 4; ++ni) {
+            const bool isW = ni < 2;
+            const int col = cb + 8 * (ni & 1) + 2 * t;
+            float* const out = (isW ? W : U) + ws * 8192 + (isW ? out_w(g, col) : out_u(g, col));
+            const int step8 = isW ? out_w(8, 0) - out_w(0, 0) : out_u(8, 0) - out_u(0, 0);
+            const int step16 = isW ? out_w(16, 0) - out_w(0, 0) : out_u(16, 0) - out_u(0, 0);
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const bool isW = ni < 2;
-                float* out = (isW ? W : U) + ws * 8192;
-                const int col = cb + 8 * (ni & 1) + 2 * t, r = 16 * mi + g;
+            for (int mi = 0; mi < 4; ++mi) {
                 float4 x = make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
                 if (isW) { x.x = rtf32(x.x); x.y = rtf32(x.y); x.z = rtf32(x.z); x.w = rtf32(x.w); }
-                *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(x.x, x.y);
-                *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(x.z, x.w);
+                *reinterpret_cast<float2*>(out + mi * step16) = make_float2(x.x, x.y);
+                *reinterpret_cast<float2*>(out + mi * step16 + step8) = make_float2(x.z, x.w);
             }
+        }
     }
     if (TA_out != nullptr) {  // T on and below the diagonal, Akk (M's strictly lower part) turned above it
         float* ta = TA_out + ws * 4096;

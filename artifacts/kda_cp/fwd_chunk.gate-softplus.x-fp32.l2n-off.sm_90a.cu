@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:fe770f88ca3fa9055a8e6006bc05a8b796536a1804e1c54edd24616e8ed05426
+// identity: sha256:72d3e68592e627d357257a9caaef56b880e7d45fe3d4b859f53897d7a8bbc9cf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -210,8 +210,78 @@ __device__ __forceinline__ float4 cake_gamma_add(float4 acc, float4 x, float4 bi
                        cake_gamma_step<kGate>(acc.w, x.w, bias.w, ea, lower_bound));
 }
 // ---- end cake/gate.cuh ----
+// ---- begin cake/chunk_image.cuh ----
+// Where kda_fwd_chunk (sm_90a) stores each chunk tile that the state passes read: in kda_fwd_state's
+// shared-memory image of that tile, so that fwd_state copies a tile whole with one bulk copy (one
+// thread, a transaction mbarrier) where it took 16-byte cp.async pieces from 128 threads
+// (docs/notes.md, session 22). Float offsets inside one chunk-head's tile; every map is a
+// permutation of 16-byte pieces, so a row-major 128-byte run of a row lands on one 128-byte line.
+// Plain C++ (the CPU emulator compiles it as it is).
+// ---- begin cake/wgmma_layout.cuh ----
+// The K-major, 128-byte-swizzled shared-memory layout of wgmma's tf32 operands and their
+// descriptors (docs/wgmma-plan.md): plain C++, so the CPU emulator compiles this header as it is
+// (cake/wgmma.cuh, the instructions, has a CPU twin).
+
+// Float index of element (row, k) of a ROWS-row tile in that layout.
+template <int ROWS>
+__device__ __forceinline__ int cake_wg_idx(int row, int k) {
+    return (k >> 5) * (ROWS * 32) + row * 32 + ((((k >> 2) & 7) ^ (row & 7)) << 2) + (k & 3);
+}
+
+// Descriptor of rows row0..row0+63 (row0 a multiple of 8) and k8 step s of a ROWS-row tile: panel
+// s / 4, +32 bytes per step inside the swizzled rows; SBO 1024 bytes (8 rows), LBO unused (1),
+// 128-byte swizzle (mode 1 in bits 62-63).
+// The descriptor is split in two words: the low word holds the start address / 16 (bits 0-13) and
+// LBO, the high word is the constant SBO and swizzle mode. cake_wg_desc_lo(addr) is the low word of
+// a tile starting at shared-memory byte address addr; cake_wg_desc_at adds a step's byte offset / 16
+// to it, which cannot carry out of the address field (shared-memory addresses are below 2^18), so
+// a loop's descriptors cost one add each from a low word computed once.
+constexpr unsigned int kWgDescHi = 64u | (1u << 30);
+__device__ __forceinline__ unsigned int cake_wg_desc_lo(unsigned int addr) {
+    return ((addr & 0x3FFFF) >> 4) | (1u << 16);
+}
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc_at(unsigned int lo, int row0, int s) {
+    const int bytes = (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
+    return ((unsigned long long)kWgDescHi << 32) | (lo + (unsigned int)(bytes >> 4));
+}
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
+    return cake_wg_desc_at<ROWS>(cake_wg_desc_lo(cake_smem_addr(tile)), row0, s);
+}
+// ---- end cake/wgmma_layout.cuh ----
+
+// fwd_state's chain keeps W's rows (tokens) and Kd^T's rows (keys) in the order pk,
+// pk(8j + 2t + e) = 8j + t + 4e: row r is stored at position pkinv(r).
+__device__ __forceinline__ int cake_pkinv(int r) { return (r & ~7) + 2 * (r & 3) + ((r >> 2) & 1); }
+
+// U's 16-byte chunks XOR-swizzled per row (fwd_state's el64): rows 2q, 2q + 1 differ in bit 2.
+__device__ __forceinline__ int cake_sw64(int r) { return (r & 6) ^ ((r & 1) << 2); }
+
+// W [64 tok][128 K]: wgmma B operand of W S, rows in pk order.
+__device__ __forceinline__ int cake_img_w(int r, int k) { return cake_wg_idx<64>(cake_pkinv(r), k); }
+// Kd^T [128 K][64 tok]: B operand of Vnew^T Kd, rows (keys) in pk order.
+__device__ __forceinline__ int cake_img_kd(int d, int r) { return cake_wg_idx<128>(cake_pkinv(d), r); }
+// Qg [64 tok][128 K] and Aqk [64][64]: A operands of O, rows as they are.
+__device__ __forceinline__ int cake_img_qg(int r, int k) { return cake_wg_idx<64>(r, k); }
+__device__ __forceinline__ int cake_img_aqk(int r, int c) { return cake_wg_idx<64>(r, c); }
+// U [64 tok][128 v]: the two 64-value halves one after the other (one per value block of
+// fwd_state), each [64 tok][64 v] with its 16-byte chunks swizzled by cake_sw64.
+__device__ __forceinline__ int cake_img_u(int r, int v) {
+    return (v >> 6) * 4096 + r * 64 + ((((v & 63) >> 2) ^ cake_sw64(r)) << 2) + (v & 3);
+}
+// ---- end cake/chunk_image.cuh ----
 
 namespace {
+
+// Where the state passes' tiles go inside a chunk-head's tile (float offsets): sm_90a's
+// kda_fwd_state copies each whole into shared memory, so they are stored in its image of them
+// (cake/chunk_image.cuh); the portable programs read them row-major.
+__device__ __forceinline__ int out_w(int r, int k) { return cake_img_w(r, k); }
+__device__ __forceinline__ int out_u(int r, int v) { return cake_img_u(r, v); }
+__device__ __forceinline__ int out_qg(int r, int k) { return cake_img_qg(r, k); }
+__device__ __forceinline__ int out_kd(int d, int r) { return cake_img_kd(d, r); }
+__device__ __forceinline__ int out_aqk(int r, int c) { return cake_img_aqk(r, c); }
 
 constexpr bool kL2Norm = false;
 constexpr int kGate = 1;
@@ -621,7 +691,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = rtf32(m * x[1] * cake_ex2(gg.y));
             y.z = rtf32(m * x[2] * cake_ex2(gg.z));
             y.w = rtf32(m * x[3] * cake_ex2(gg.w));
-            *reinterpret_cast<float4*>(out + r * 128 + 4 * c4) = y;
+            *reinterpret_cast<float4*>(out + out_qg(r, 4 * c4)) = y;
         }
     }
     __syncthreads();
@@ -664,7 +734,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = 4 * c4 + 1 <= r ? rtf32(a.y) : 0.f;
             y.z = 4 * c4 + 2 <= r ? rtf32(a.z) : 0.f;
             y.w = 4 * c4 + 3 <= r ? rtf32(a.w) : 0.f;
-            *reinterpret_cast<float4*>(aout + r * 64 + 4 * c4) = y;
+            *reinterpret_cast<float4*>(aout + out_aqk(r, 4 * c4)) = y;
         }
         // Kd transposed: a warp writes two whole 256-byte rows (dims) of it per store.
         float* kout = Kd + ws * 8192;
@@ -678,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 const float kv = ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
                 y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
             }
-            *reinterpret_cast<float4*>(kout + d * 64 + r0) = make_float4(y[0], y[1], y[2], y[3]);
+            *reinterpret_cast<float4*>(kout + out_kd(d, r0)) = make_float4(y[0], y[1], y[2], y[3]);
         }
         if (tid >= 128) {
             const int d = tid - 128;
@@ -791,18 +861,23 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 }
             }
         }
+        // Rows 16 mi + g and + 8 lie a constant step from row g in either layout (both repeat
+        // every 8 rows), so one offset per n-tile: with one per element the g program spilled.
 #pragma unroll
-        for (int mi = 0; mi < 4; ++mi)
+        for (int ni = 0; ni < 4; ++ni) {
+            const bool isW = ni < 2;
+            const int col = cb + 8 * (ni & 1) + 2 * t;
+            float* const out = (isW ? W : U) + ws * 8192 + (isW ? out_w(g, col) : out_u(g, col));
+            const int step8 = isW ? out_w(8, 0) - out_w(0, 0) : out_u(8, 0) - out_u(0, 0);
+            const int step16 = isW ? out_w(16, 0) - out_w(0, 0) : out_u(16, 0) - out_u(0, 0);
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const bool isW = ni < 2;
-                float* out = (isW ? W : U) + ws * 8192;
-                const int col = cb + 8 * (ni & 1) + 2 * t, r = 16 * mi + g;
+            for (int mi = 0; mi < 4; ++mi) {
                 float4 x = make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]);
                 if (isW) { x.x = rtf32(x.x); x.y = rtf32(x.y); x.z = rtf32(x.z); x.w = rtf32(x.w); }
-                *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(x.x, x.y);
-                *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(x.z, x.w);
+                *reinterpret_cast<float2*>(out + mi * step16) = make_float2(x.x, x.y);
+                *reinterpret_cast<float2*>(out + mi * step16 + step8) = make_float2(x.z, x.w);
             }
+        }
     }
     if (TA_out != nullptr) {  // T on and below the diagonal, Akk (M's strictly lower part) turned above it
         float* ta = TA_out + ws * 4096;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:de21e653ef0dcb0f867a518c6205b2c146ab04b1111e1105366a89b613c17ffa
+// identity: sha256:5cb10490ac7afa577c0b20d96005c46107137fd53a7abb67138676593a210b38
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

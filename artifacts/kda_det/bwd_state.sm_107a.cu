@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:ebf9736f3ef2191b72b3a590b7ec78657e40a0be0ce20cf68dcf00e73d7c3d8a
+// identity: sha256:66d8f5461ccf9325f01af76e7c9c2aa182f3850eeb8ce44eedac477fbcd037f9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:6284891bd7235330a4e240bdec3b86ff6629c147bc331ab11f13ae4069e311b1
+// identity: sha256:44c014f5b0c676efd94fcd54a61fd6cdfe6df221f9ea712353b2ef29051361b5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -201,6 +201,34 @@ __device__ __forceinline__ void cake_fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 // ---- end cake/wgmma.cuh ----
+// ---- begin cake/chunk_image.cuh ----
+// Where kda_fwd_chunk (sm_90a) stores each chunk tile that the state passes read: in kda_fwd_state's
+// shared-memory image of that tile, so that fwd_state copies a tile whole with one bulk copy (one
+// thread, a transaction mbarrier) where it took 16-byte cp.async pieces from 128 threads
+// (docs/notes.md, session 22). Float offsets inside one chunk-head's tile; every map is a
+// permutation of 16-byte pieces, so a row-major 128-byte run of a row lands on one 128-byte line.
+// Plain C++ (the CPU emulator compiles it as it is).
+
+// fwd_state's chain keeps W's rows (tokens) and Kd^T's rows (keys) in the order pk,
+// pk(8j + 2t + e) = 8j + t + 4e: row r is stored at position pkinv(r).
+__device__ __forceinline__ int cake_pkinv(int r) { return (r & ~7) + 2 * (r & 3) + ((r >> 2) & 1); }
+
+// U's 16-byte chunks XOR-swizzled per row (fwd_state's el64): rows 2q, 2q + 1 differ in bit 2.
+__device__ __forceinline__ int cake_sw64(int r) { return (r & 6) ^ ((r & 1) << 2); }
+
+// W [64 tok][128 K]: wgmma B operand of W S, rows in pk order.
+__device__ __forceinline__ int cake_img_w(int r, int k) { return cake_wg_idx<64>(cake_pkinv(r), k); }
+// Kd^T [128 K][64 tok]: B operand of Vnew^T Kd, rows (keys) in pk order.
+__device__ __forceinline__ int cake_img_kd(int d, int r) { return cake_wg_idx<128>(cake_pkinv(d), r); }
+// Qg [64 tok][128 K] and Aqk [64][64]: A operands of O, rows as they are.
+__device__ __forceinline__ int cake_img_qg(int r, int k) { return cake_wg_idx<64>(r, k); }
+__device__ __forceinline__ int cake_img_aqk(int r, int c) { return cake_wg_idx<64>(r, c); }
+// U [64 tok][128 v]: the two 64-value halves one after the other (one per value block of
+// fwd_state), each [64 tok][64 v] with its 16-byte chunks swizzled by cake_sw64.
+__device__ __forceinline__ int cake_img_u(int r, int v) {
+    return (v >> 6) * 4096 + r * 64 + ((((v & 63) >> 2) ^ cake_sw64(r)) << 2) + (v & 3);
+}
+// ---- end cake/chunk_image.cuh ----
 
 namespace {
 
@@ -311,14 +339,18 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 
     // The cp.async loops' addresses: piece i is this thread's piece 0 plus a constant (rows advance
     // by 16, or 8 within a tile, which keeps row % 4 and so the swizzle): no per-piece arithmetic.
-    const int sK = ag(64, tid >> 4, 4 * (tid & 15)), gK = (tid >> 4) * 64 + 4 * (tid & 15);
-    const int sB = ag(128, tid >> 5, 4 * (tid & 31)), gB = (tid >> 5) * 128 + 4 * (tid & 31);
+    // The tiles come in kda_fwd_state's image (cake/chunk_image.cuh), where rows r and r + 8 i
+    // also lie a constant 256 i floats apart (their 128-byte swizzle and pk order repeat every 8).
+    const int sK = ag(64, tid >> 4, 4 * (tid & 15));
+    const int gKd = cake_img_kd(tid >> 4, 4 * (tid & 15)), gA = cake_img_aqk(tid >> 4, 4 * (tid & 15));
+    const int sB = ag(128, tid >> 5, 4 * (tid & 31));
+    const int gQ = cake_img_qg(tid >> 5, 4 * (tid & 31)), gW = cake_img_w(tid >> 5, 4 * (tid & 31));
     auto issue_a = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gK + 1024 * i, 16);
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gKd + 512 * i, 16);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gK + 1024 * i, 16);
+        for (int i = 0; i < 4; ++i) cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gA + 512 * i, 16);
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -330,11 +362,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         }
     };
     auto issue_b = [&](int ci) {
-        const long long base = ((long long)ci * H + h) * 8192 + gB;
+        const long long base = ((long long)ci * H + h) * 8192;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + sB + 1024 * i, Qg + base + 1024 * i, 16);
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + sB + 1024 * i, Qg + base + gQ + 256 * i, 16);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + sB + 1024 * i, W + base + 1024 * i, 16);
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + sB + 1024 * i, W + base + gW + 256 * i, 16);
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
     };
     auto store_st = [&]() {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:ce65b3b92e856ecbc1e14e5a09dec17c553dae90284362adba69328ed2a7e753
+// identity: sha256:f93004ee7814ab7494c84e5e711b2840d6c8d8420610e27b9c2333bfc400e41c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -150,6 +150,67 @@ __device__ __forceinline__ unsigned int cake_s16_exp(float m) {
 __device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
 __device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
 // ---- end cake/state16.cuh ----
+// ---- begin cake/chunk_image.cuh ----
+// Where kda_fwd_chunk (sm_90a) stores each chunk tile that the state passes read: in kda_fwd_state's
+// shared-memory image of that tile, so that fwd_state copies a tile whole with one bulk copy (one
+// thread, a transaction mbarrier) where it took 16-byte cp.async pieces from 128 threads
+// (docs/notes.md, session 22). Float offsets inside one chunk-head's tile; every map is a
+// permutation of 16-byte pieces, so a row-major 128-byte run of a row lands on one 128-byte line.
+// Plain C++ (the CPU emulator compiles it as it is).
+// ---- begin cake/wgmma_layout.cuh ----
+// The K-major, 128-byte-swizzled shared-memory layout of wgmma's tf32 operands and their
+// descriptors (docs/wgmma-plan.md): plain C++, so the CPU emulator compiles this header as it is
+// (cake/wgmma.cuh, the instructions, has a CPU twin).
+
+// Float index of element (row, k) of a ROWS-row tile in that layout.
+template <int ROWS>
+__device__ __forceinline__ int cake_wg_idx(int row, int k) {
+    return (k >> 5) * (ROWS * 32) + row * 32 + ((((k >> 2) & 7) ^ (row & 7)) << 2) + (k & 3);
+}
+
+// Descriptor of rows row0..row0+63 (row0 a multiple of 8) and k8 step s of a ROWS-row tile: panel
+// s / 4, +32 bytes per step inside the swizzled rows; SBO 1024 bytes (8 rows), LBO unused (1),
+// 128-byte swizzle (mode 1 in bits 62-63).
+// The descriptor is split in two words: the low word holds the start address / 16 (bits 0-13) and
+// LBO, the high word is the constant SBO and swizzle mode. cake_wg_desc_lo(addr) is the low word of
+// a tile starting at shared-memory byte address addr; cake_wg_desc_at adds a step's byte offset / 16
+// to it, which cannot carry out of the address field (shared-memory addresses are below 2^18), so
+// a loop's descriptors cost one add each from a low word computed once.
+constexpr unsigned int kWgDescHi = 64u | (1u << 30);
+__device__ __forceinline__ unsigned int cake_wg_desc_lo(unsigned int addr) {
+    return ((addr & 0x3FFFF) >> 4) | (1u << 16);
+}
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc_at(unsigned int lo, int row0, int s) {
+    const int bytes = (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
+    return ((unsigned long long)kWgDescHi << 32) | (lo + (unsigned int)(bytes >> 4));
+}
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
+    return cake_wg_desc_at<ROWS>(cake_wg_desc_lo(cake_smem_addr(tile)), row0, s);
+}
+// ---- end cake/wgmma_layout.cuh ----
+
+// fwd_state's chain keeps W's rows (tokens) and Kd^T's rows (keys) in the order pk,
+// pk(8j + 2t + e) = 8j + t + 4e: row r is stored at position pkinv(r).
+__device__ __forceinline__ int cake_pkinv(int r) { return (r & ~7) + 2 * (r & 3) + ((r >> 2) & 1); }
+
+// U's 16-byte chunks XOR-swizzled per row (fwd_state's el64): rows 2q, 2q + 1 differ in bit 2.
+__device__ __forceinline__ int cake_sw64(int r) { return (r & 6) ^ ((r & 1) << 2); }
+
+// W [64 tok][128 K]: wgmma B operand of W S, rows in pk order.
+__device__ __forceinline__ int cake_img_w(int r, int k) { return cake_wg_idx<64>(cake_pkinv(r), k); }
+// Kd^T [128 K][64 tok]: B operand of Vnew^T Kd, rows (keys) in pk order.
+__device__ __forceinline__ int cake_img_kd(int d, int r) { return cake_wg_idx<128>(cake_pkinv(d), r); }
+// Qg [64 tok][128 K] and Aqk [64][64]: A operands of O, rows as they are.
+__device__ __forceinline__ int cake_img_qg(int r, int k) { return cake_wg_idx<64>(r, k); }
+__device__ __forceinline__ int cake_img_aqk(int r, int c) { return cake_wg_idx<64>(r, c); }
+// U [64 tok][128 v]: the two 64-value halves one after the other (one per value block of
+// fwd_state), each [64 tok][64 v] with its 16-byte chunks swizzled by cake_sw64.
+__device__ __forceinline__ int cake_img_u(int r, int v) {
+    return (v >> 6) * 4096 + r * 64 + ((((v & 63) >> 2) ^ cake_sw64(r)) << 2) + (v & 3);
+}
+// ---- end cake/chunk_image.cuh ----
 
 namespace {
 
@@ -159,7 +220,7 @@ constexpr bool kLocal = false;
 // 16-byte column chunks XOR-swizzled per row. Rows 2q and 2q+1 differ in bit 2, so the
 // mma-fragment reads (lane (g, t) -> row g, chunk c0 + t) are conflict-free; rows 0, 2, 4, 6 take
 // distinct even values, so the transposed scalar stores of S and Vnew are conflict-free too.
-__device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
+__device__ __forceinline__ int sw(int r) { return cake_sw64(r); }
 __device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
 __device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
 // The mma.sync program's own helpers (the sm_90a program has its operands on wgmma).

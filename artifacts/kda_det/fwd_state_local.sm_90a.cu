@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:e1b50e75297f762c0036a89a0daa698de80d0ebd2dee47465fe579d4aea34007
+// identity: sha256:22b1393c10375764865b1b074a1def3df7627ed54b2ff83dcd157ae9c1e59930
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -150,16 +150,13 @@ __device__ __forceinline__ unsigned int cake_s16_exp(float m) {
 __device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
 __device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
 // ---- end cake/state16.cuh ----
-// ---- begin cake/wgmma.cuh ----
-// Warpgroup matrix multiply (wgmma, sm_90a only) on tf32 operands in shared memory; the layout,
-// descriptors and fragment map are docs/wgmma-plan.md's, checked alone by tests/cuda/wgmma_probe.cu.
-//
-// Operand layout: K-major (tf32 wgmma has no transpose), 128-byte swizzle. A tile of ROWS rows is
-// stored as K panels of 32 elements: panel p = ROWS x 128 bytes, row r at r * 128, its 16-byte
-// chunk c at chunk c ^ (r % 8). Tiles start on 1024-byte boundaries (descriptor base offset 0).
-// Accumulators (m64nNk8, f32): warp w of the warpgroup holds rows 16 w + g, 16 w + g + 8; n8 block
-// j holds columns 8 j + 2 t, 8 j + 2 t + 1 as d[4 j], d[4 j + 1] (row 16 w + g) and d[4 j + 2],
-// d[4 j + 3] (row 16 w + g + 8), with g = lane / 4, t = lane % 4.
+// ---- begin cake/chunk_image.cuh ----
+// Where kda_fwd_chunk (sm_90a) stores each chunk tile that the state passes read: in kda_fwd_state's
+// shared-memory image of that tile, so that fwd_state copies a tile whole with one bulk copy (one
+// thread, a transaction mbarrier) where it took 16-byte cp.async pieces from 128 threads
+// (docs/notes.md, session 22). Float offsets inside one chunk-head's tile; every map is a
+// permutation of 16-byte pieces, so a row-major 128-byte run of a row lands on one 128-byte line.
+// Plain C++ (the CPU emulator compiles it as it is).
 // ---- begin cake/wgmma_layout.cuh ----
 // The K-major, 128-byte-swizzled shared-memory layout of wgmma's tf32 operands and their
 // descriptors (docs/wgmma-plan.md): plain C++, so the CPU emulator compiles this header as it is
@@ -193,6 +190,37 @@ __device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, in
     return cake_wg_desc_at<ROWS>(cake_wg_desc_lo(cake_smem_addr(tile)), row0, s);
 }
 // ---- end cake/wgmma_layout.cuh ----
+
+// fwd_state's chain keeps W's rows (tokens) and Kd^T's rows (keys) in the order pk,
+// pk(8j + 2t + e) = 8j + t + 4e: row r is stored at position pkinv(r).
+__device__ __forceinline__ int cake_pkinv(int r) { return (r & ~7) + 2 * (r & 3) + ((r >> 2) & 1); }
+
+// U's 16-byte chunks XOR-swizzled per row (fwd_state's el64): rows 2q, 2q + 1 differ in bit 2.
+__device__ __forceinline__ int cake_sw64(int r) { return (r & 6) ^ ((r & 1) << 2); }
+
+// W [64 tok][128 K]: wgmma B operand of W S, rows in pk order.
+__device__ __forceinline__ int cake_img_w(int r, int k) { return cake_wg_idx<64>(cake_pkinv(r), k); }
+// Kd^T [128 K][64 tok]: B operand of Vnew^T Kd, rows (keys) in pk order.
+__device__ __forceinline__ int cake_img_kd(int d, int r) { return cake_wg_idx<128>(cake_pkinv(d), r); }
+// Qg [64 tok][128 K] and Aqk [64][64]: A operands of O, rows as they are.
+__device__ __forceinline__ int cake_img_qg(int r, int k) { return cake_wg_idx<64>(r, k); }
+__device__ __forceinline__ int cake_img_aqk(int r, int c) { return cake_wg_idx<64>(r, c); }
+// U [64 tok][128 v]: the two 64-value halves one after the other (one per value block of
+// fwd_state), each [64 tok][64 v] with its 16-byte chunks swizzled by cake_sw64.
+__device__ __forceinline__ int cake_img_u(int r, int v) {
+    return (v >> 6) * 4096 + r * 64 + ((((v & 63) >> 2) ^ cake_sw64(r)) << 2) + (v & 3);
+}
+// ---- end cake/chunk_image.cuh ----
+// ---- begin cake/wgmma.cuh ----
+// Warpgroup matrix multiply (wgmma, sm_90a only) on tf32 operands in shared memory; the layout,
+// descriptors and fragment map are docs/wgmma-plan.md's, checked alone by tests/cuda/wgmma_probe.cu.
+//
+// Operand layout: K-major (tf32 wgmma has no transpose), 128-byte swizzle. A tile of ROWS rows is
+// stored as K panels of 32 elements: panel p = ROWS x 128 bytes, row r at r * 128, its 16-byte
+// chunk c at chunk c ^ (r % 8). Tiles start on 1024-byte boundaries (descriptor base offset 0).
+// Accumulators (m64nNk8, f32): warp w of the warpgroup holds rows 16 w + g, 16 w + g + 8; n8 block
+// j holds columns 8 j + 2 t, 8 j + 2 t + 1 as d[4 j], d[4 j + 1] (row 16 w + g) and d[4 j + 2],
+// d[4 j + 3] (row 16 w + g + 8), with g = lane / 4, t = lane % 4.
 
 // d (+)= A B for one k8 step: m64n64k8, f32 accumulators, tf32 operands. acc = 0: d = A B.
 __device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
@@ -296,6 +324,29 @@ __device__ __forceinline__ void cake_mbar_wait(unsigned long long* b, int parity
         "@!p bra CAKE_MBAR_WAIT_%=;\n}"
         :: "r"(cake_smem_addr(b)), "r"(parity) : "memory");
 }
+
+// After the inits, before any bulk copy completes on them: the mbarriers' initialisation made
+// visible to the async proxy (the bulk-copy engine that signals them).
+__device__ __forceinline__ void cake_mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// One of the n arrivals that also expects `bytes` more transaction bytes in this phase: the phase
+// completes once every arrival is in and every expected byte has landed.
+__device__ __forceinline__ void cake_mbar_expect_tx(unsigned long long* b, unsigned int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(cake_smem_addr(b)), "r"(bytes) : "memory");
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by the
+// bulk-copy engine, landing as transaction bytes of mbarrier b's phase in progress. One thread
+// issues the copy of a whole tile; the readers wait on the mbarrier (acquire), which also makes
+// the async proxy's writes visible to wgmma and to ordinary loads.
+__device__ __forceinline__ void cake_bulk_load(void* dst, const void* src, unsigned int bytes,
+                                               unsigned long long* b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(cake_smem_addr(dst)), "l"(src), "r"(bytes), "r"(cake_smem_addr(b)) : "memory");
+}
 // ---- end cake/mbar.cuh ----
 
 namespace {
@@ -312,7 +363,7 @@ constexpr bool kLocal = true;
 // 16-byte column chunks XOR-swizzled per row. Rows 2q and 2q+1 differ in bit 2, so the
 // mma-fragment reads (lane (g, t) -> row g, chunk c0 + t) are conflict-free; rows 0, 2, 4, 6 take
 // distinct even values, so the transposed scalar stores of S and Vnew are conflict-free too.
-__device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
+__device__ __forceinline__ int sw(int r) { return cake_sw64(r); }
 __device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
 __device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
 
@@ -364,7 +415,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // rows (keys) are stored in the order pk (pk(8j + 2t + e) = 8j + t + 4e), and accumulator x of a
     // thread holds index pcol(x). The chain then needs no shared-memory round trip and no block
     // barrier. Warpgroup 1 computes O = Qg S + Aqk Vnew (as before) from the TF32 copies of S^T and
-    // Vnew^T that warpgroup 0 stores for it, handed over by named barriers (FULL / EMPTY pairs).
+    // Vnew^T that warpgroup 0 stores for it (FULL / EMPTY pairs: mbarriers for S^T, named barriers
+    // for Vnew^T).
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
     float* Ws = reinterpret_cast<float*>(smem);  // W [64 tok, rows in pk order][128 K]
     float* Ks = Ws + 8192;                       // Kd^T [128 K, rows in pk order][64 tok], 2 buffers
@@ -379,8 +431,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // (warpgroup 1 reads it for the states), the local program's U and gl (the chain reads them).
     unsigned long long* const mbFullS = reinterpret_cast<unsigned long long*>(Gs + 128);
     unsigned long long* const mbEmptyS = mbFullS + 1;
-    unsigned long long* const mbFullUG = mbFullS + 2;
-    unsigned long long* const mbEmptyUG = mbFullS + 3;
+    unsigned long long* const mbEmptyUG = mbFullS + 2;
+    // The chunk inputs' bulk copies complete on transaction mbarriers (one arrival: the issuing
+    // thread's expect_tx): Kd^T's two buffers, W, U and gl, Qg, Aqk.
+    unsigned long long* const mbK = mbFullS + 3;
+    unsigned long long* const mbW = mbFullS + 5;
+    unsigned long long* const mbUG = mbFullS + 6;
+    unsigned long long* const mbQ = mbFullS + 7;
+    unsigned long long* const mbA = mbFullS + 8;
     const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
     auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ws) >> 2); };
 
@@ -398,52 +456,42 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto pcol = [&](int x) { return 8 * (x >> 2) + t + 4 * (x & 1); };
     // Named barriers: warpgroup 0 / 1 internal, and warpgroup 0 -> 1 hand-off of Vnew^T.
     constexpr int kBarWg0 = 1, kBarWg1 = 2, kFullV = 5, kEmptyV = 6;  // (S^T's: the mbarriers above)
-    // the local program's: chunk inputs landed; W / U and gl / Kd^T buffer free (a Kd^T buffer
-    // per id: warpgroup 0 frees each buffer every other chunk, so that it cannot arrive twice at
-    // one barrier before warpgroup 1 has synced once, which would complete the barrier without
-    // warpgroup 1 and deadlock the next phase). Every hand-off is one-way (arrive -> sync) and
-    // every consumer reads what cp.async wrote: a one-way hand-off of data written by ordinary
-    // stores and read by ordinary loads is reported by compute-sanitizer's racecheck, and a
-    // bar.sync on both sides at different places by its synccheck (a probe, docs/notes.md,
-    // session 11), so the local program's warpgroup 0 stores the chunk-start states itself
-    // (fwd_state's warpgroup 1 reads St through mbarriers, which both tools accept: session 21).
-    constexpr int kFullL = 7, kEmptyW = 8, kEmptyK0 = 10, kEmptyK1 = 11;  // (U and gl: mbarriers)
+    // the local program's: W / Kd^T buffer free (a Kd^T buffer per id: warpgroup 0 frees each
+    // buffer every other chunk, so that it cannot arrive twice at one barrier before warpgroup 1
+    // has synced once, which would complete the barrier without warpgroup 1 and deadlock the next
+    // phase). These one-way hand-offs (arrive -> sync) order only wgmma's reads before a bulk copy's
+    // writes; a one-way named-barrier hand-off of data written by ordinary stores and read by
+    // ordinary loads is reported by compute-sanitizer's racecheck, and a bar.sync on both sides at
+    // different places by its synccheck (a probe, docs/notes.md, session 11), so such hand-offs
+    // (St, Us and Gs) are mbarriers, which both tools accept (session 21).
+    constexpr int kEmptyW = 8, kEmptyK0 = 10, kEmptyK1 = 11;
 
-    // Chunk inputs of the chain (W, U, gl, Kd^T) are loaded by warpgroup 0 itself; in the local
-    // program (no O) warpgroup 1 issues them instead, handing over through named barriers.
+    // Chunk inputs of the chain (W, U, gl, Kd^T) are issued by warpgroup 0 itself; in the local
+    // program (no O) by warpgroup 1. kda_fwd_chunk stores every tile in its shared-memory image
+    // here (cake/chunk_image.cuh), so the issuing warpgroup's thread 0 copies each whole with one
+    // bulk copy that completes on the tile's transaction mbarrier, and its readers wait on that:
+    // -7 % (1doc replay) to -17 % (64K x 4) of the pass against 16-byte cp.async pieces from 128
+    // threads, each waiting for its own (docs/notes.md, session 22).
     const int tw = tid & 127;  // within the warpgroup that issues the loads
-    // The cp.async pieces (address math once; pieces advance by whole 8-row groups, which keep
-    // every swizzle). W: rows ra + 4i (i = 0..15) of 128 floats, stored at row pkinv(row);
-    // Kd^T: rows rk + 8i; U: rows rk + 8i of this block's 64 columns.
-    const int ra = tw >> 5, ca = 4 * (tw & 31), rk = tw >> 4, ck = 4 * (tw & 15);
-    const int pra = 2 * (rk & 3) + (rk >> 2);  // pkinv(rk), rk < 8
-    const int sW0 = cake_wg_idx<64>(2 * ra, ca), sW1 = cake_wg_idx<64>(2 * ra + 1, ca);
-    const int gW = ra * 128 + ca;
-    const int sK = cake_wg_idx<128>(pra, ck), gK = rk * 64 + ck;
-    const int sU = at64(rk, tw & 15), gU = rk * 128 + vb * 64 + ck;
-    auto issue_w = [&](int ci) {  // W rows r = ra + 4i: pkinv(r) = 8 (i >> 1) + 2 ra + (i & 1)
-        const float* src = W + ((long long)ci * H + h) * 8192 + gW;
-#pragma unroll
-        for (int i = 0; i < 16; ++i)
-            cake_cp_async16(Ws + ((i & 1) ? sW1 : sW0) + 256 * (i >> 1), src + 512 * i, 16);
+    const bool issuer = tw == 0;
+    auto bulk = [&](unsigned long long* mb, float* dst, const float* src, unsigned int bytes) {
+        cake_mbar_expect_tx(mb, bytes);
+        cake_bulk_load(dst, src, bytes, mb);
     };
-    auto issue_ug = [&](int ci) {
+    auto issue_w = [&](int ci) {
+        if (issuer) bulk(mbW, Ws, W + ((long long)ci * H + h) * 8192, 32768);
+    };
+    auto issue_ug = [&](int ci) {  // this block's half of U (the transition pass: U = 0, Us zeroed once)
         const long long wsi = (long long)ci * H + h;
-        if (!kLocal || U != nullptr) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-                cake_cp_async16(Us + sU + 512 * i, U + wsi * 8192 + gU + 1024 * i, 16);
-        } else {  // the transition pass: U = 0, zero-filled by the copies (no bytes read)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) cake_cp_async16(Us + sU + 512 * i, gl, 0);
-        }
-        if (tw < 32) cake_cp_async16(Gs + 4 * tw, gl + wsi * 128 + 4 * tw, 16);
+        if (!issuer) return;
+        const bool u = !kLocal || U != nullptr;
+        cake_mbar_expect_tx(mbUG, u ? 16384 + 512 : 512);
+        if (u) cake_bulk_load(Us, U + wsi * 8192 + vb * 4096, 16384, mbUG);
+        cake_bulk_load(Gs, gl + wsi * 128, 512, mbUG);
     };
-    auto issue_k = [&](int ci) {  // Kd^T rows rk + 8i -> pk row pkinv(rk) + 8i
-        const float* src = Kd + ((long long)ci * H + h) * 8192 + gK;
-        float* dst = Ks + 8192 * ((ci - c0) & 1) + sK;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) cake_cp_async16(dst + 256 * i, src + 512 * i, 16);
+    auto issue_k = [&](int ci) {
+        const int b = (ci - c0) & 1;
+        if (issuer) bulk(mbK + b, Ks + 8192 * b, Kd + ((long long)ci * H + h) * 8192, 32768);
     };
 
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
@@ -453,10 +501,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_mbar_init(mbFullS, 128);   // warpgroup 0's threads, St stored
             cake_mbar_init(mbEmptyS, 128);  // warpgroup 1's threads, St read
         } else {
-            cake_mbar_init(mbFullUG, 128);   // warpgroup 1's threads, U and gl landed
             cake_mbar_init(mbEmptyUG, 128);  // warpgroup 0's threads, Us and Gs read
         }
+        for (unsigned long long* mb = mbK; mb <= mbA; ++mb) cake_mbar_init(mb, 1);
+        cake_mbar_init_fence();
     }
+    if (kLocal && U == nullptr)  // the transition pass: U = 0 (no copy of U ever writes Us)
+        for (int i = tid; i < 4096; i += 256) Us[i] = 0.f;
     __syncthreads();
     if (wg == 0) {
         float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
@@ -533,17 +584,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             }
         };
 
-        // Three copy groups a chunk, committed in the order the chain needs them: Kd^T (a chunk
-        // ahead, at the top of the chunk before), W (once the chunk before's W S is done), U and gl
-        // (once its Vnew and gl scaling have read them). W S waits only for the first two; U and gl
-        // are waited for after it, which gives their copies the product's time to land.
-        if (!kLocal) {
-            if (nc > 0) issue_k(c0);
-            cake_cp_async_commit();
-            if (nc > 0) issue_w(c0);
-            cake_cp_async_commit();
-            if (nc > 0) issue_ug(c0);
-            cake_cp_async_commit();
+        // Three copies a chunk, issued in the order the chain needs them: Kd^T (a chunk ahead, at
+        // the top of the chunk before), W (once the chunk before's W S is done), U and gl (once its
+        // Vnew and gl scaling have read them). W S waits only for the first two; U and gl are
+        // waited for after it, which gives their copies the product's time to land.
+        if (!kLocal && nc > 0) {
+            issue_k(c0);
+            issue_w(c0);
+            issue_ug(c0);
         }
         frag_s();
 
@@ -562,14 +610,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 unsigned char* const rec = kLocal && states_out != nullptr
                     ? reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES : nullptr;
                 if (split && rec != nullptr) store_states(rec, [&](int hf, int x) { return __uint_as_float(FS[hf][x]); });
-                if (kLocal) {
-                    cake_bar_sync(kFullL, 256);  // W(i), Kd(i), loaded by warpgroup 1
-                } else {
-                    cake_cp_async_wait<1>();   // W(i), Kd(i) (U(i) and gl(i) may be in flight)
-                    cake_fence_proxy_async();  // cp.async data -> wgmma's reads
+                cake_mbar_wait(mbK + (i & 1), (i >> 1) & 1);  // Kd^T(i)
+                cake_mbar_wait(mbW, i & 1);                    // W(i)
+                if (!kLocal) {
                     cake_bar_sync(kBarWg0, 128);
                     if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
-                    cake_cp_async_commit();
                 }
 
                 // Vnew^T = U^T - S^T W^T: acc = S^T W^T first (precise rows: hi, then lo).
@@ -617,13 +662,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 cake_wgmma_wait<0>();
                 if (kLocal) {
                     if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
-                    cake_mbar_wait(mbFullUG, i & 1);  // U(i), gl(i), loaded by warpgroup 1 (waited for only now)
                 } else {
-                    cake_cp_async_wait<1>();      // U(i), gl(i) (Kd(i+1) may be in flight)
-                    cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free; U(i), gl(i) landed
+                    cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
                     if (i + 1 < nc) issue_w(ci + 1);
-                    cake_cp_async_commit();
                 }
+                cake_mbar_wait(mbUG, i & 1);  // U(i), gl(i) (waited for only now)
 
                 // Vnew and its A fragments (hi; precise rows: then lo, a second pass), S^T scaled by gl.
                 unsigned int FV[32];
@@ -668,7 +711,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 } else {
                     cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
                     if (i + 1 < nc) issue_ug(ci + 1);
-                    cake_cp_async_commit();
                 }
                 cake_wgmma_wait<0>();
                 if (kLocal && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
@@ -677,30 +719,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         };
         if (split_rows) chain(Precise<true>{});
         else chain(Precise<false>{});
-        if (!kLocal) cake_cp_async_wait<0>();
         if (store_ht) store_global(ht + state_base);
     } else if (!kLocal) {
         // ---- warpgroup 1: O = Qg S + Aqk Vnew (rows = tokens, columns = this block's values).
-        const int sQ0 = cake_wg_idx<64>(ra, ca), sQ1 = cake_wg_idx<64>(ra + 4, ca), gQ = ra * 128 + ca;
-        const int sA = cake_wg_idx<64>(rk, ck), gA = rk * 64 + ck;
-        auto issue_q = [&](int ci) {  // Qg rows ra + 4i
-            const float* src = Qg + ((long long)ci * H + h) * 8192 + gQ;
-#pragma unroll
-            for (int i = 0; i < 16; ++i)
-                cake_cp_async16(Qs + ((i & 1) ? sQ1 : sQ0) + 256 * (i >> 1), src + 512 * i, 16);
+        auto issue_q = [&](int ci) {
+            if (issuer) bulk(mbQ, Qs, Qg + ((long long)ci * H + h) * 8192, 32768);
         };
-        auto issue_aqk = [&](int ci) {  // Aqk rows rk + 8i
-            const float* src = Aqk + ((long long)ci * H + h) * 4096 + gA;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) cake_cp_async16(As + sA + 256 * i, src + 512 * i, 16);
+        auto issue_aqk = [&](int ci) {
+            if (issuer) bulk(mbA, As, Aqk + ((long long)ci * H + h) * 4096, 16384);
         };
         // The chunk-start state S(i) out in 16 bits (cake/state16.cuh) from St, its TF32 copy (the
-        // values of warpgroup 0's A fragments, hi parts for precise rows), after this chunk's Aqk
-        // Vnew: the pass runs 5.5 % faster than with warpgroup 0 writing them (1doc). What the
-        // states still cost (~18 %) is their stores, not this work: the same writer without its
-        // stores takes what no writer takes, and staging the record for a bulk copy took as long
-        // (docs/notes.md, session 21). A lane pair takes one key d and one group of 16 values (one
-        // 32-byte sector of the record), lane p the format's positions 8 p .. 8 p + 7, i.e. values
+        // values of warpgroup 0's A fragments, hi parts for precise rows), right after Qg S, so that
+        // St goes back to warpgroup 0 before Aqk Vnew waits for Vnew^T (after it: +3 % 1doc, +6 %
+        // R2, +8 % 64K x 4), and 5.5 % faster than with warpgroup 0 writing them (1doc). Of what
+        // the states still cost (~17 %), ~10 % is their stores and the rest this work; staging the
+        // record for a bulk copy took as long, and storing it only after St's release (every
+        // value in registers) took 10 % longer (docs/notes.md, sessions 21-22). A lane pair takes
+        // one key d and one group of 16 values (one 32-byte sector of the record), lane p the
+        // format's positions 8 p .. 8 p + 7, i.e. values
         // r = 4 p + j and 8 + 4 p + j (j = 0..3) as its four words: eight rounds of 16 keys and one
         // group a warp. Rows r and r + 4 of St differ in its swizzle's bit 2 and the 16 keys fill
         // four 16-byte chunks, so the loads are conflict-free; the stores are whole sectors.
@@ -728,11 +764,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;
             }
         };
-        // groups, committed in this order: Q(0), A(0), then per chunk i Q(i+1), A(i+1)
-        if (nc > 0) issue_q(c0);
-        cake_cp_async_commit();
-        if (nc > 0) issue_aqk(c0);
-        cake_cp_async_commit();
+        // Q(0), A(0), then per chunk i Q(i+1) once Qg S is done, A(i+1) once o has left As
+        if (nc > 0) {
+            issue_q(c0);
+            issue_aqk(c0);
+        }
         int2 tl = nc > 0 ? *reinterpret_cast<const int2*>(chunks + 2 * c0) : make_int2(0, 0);
 #pragma unroll 1
         for (int i = 0; i < nc; ++i) {
@@ -742,9 +778,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             float acc[32];
 #pragma unroll
             for (int x = 0; x < 32; ++x) acc[x] = 0.f;
-            cake_cp_async_wait<1>();  // Qg(i)
-            cake_fence_proxy_async();
-            cake_bar_sync(kBarWg1, 128);
+            cake_mbar_wait(mbQ, i & 1);      // Qg(i)
             cake_mbar_wait(mbFullS, i & 1);  // S^T(i) stored by warpgroup 0
             cake_wgmma_fence();
 #pragma unroll
@@ -754,10 +788,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_wgmma_wait<0>();
             cake_bar_sync(kBarWg1, 128);  // every warp's Qg S is done: Qs is free
             if (i + 1 < nc) issue_q(ci + 1);
-            cake_cp_async_commit();
-            cake_cp_async_wait<1>();  // Aqk(i)
-            cake_fence_proxy_async();
-            cake_bar_sync(kBarWg1, 128);
+            if (states_out != nullptr)
+                write_states(reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES);
+            if (i + 1 < nc) cake_mbar_arrive(mbEmptyS);  // St read (Qg S and the states)
+            cake_mbar_wait(mbA, i & 1);   // Aqk(i)
             cake_bar_sync(kFullV, 256);  // Vnew^T(i)
             cake_wgmma_fence();
 #pragma unroll
@@ -766,9 +800,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_wgmma_commit();
             cake_wgmma_wait<0>();
             if (i + 1 < nc) cake_bar_arrive(kEmptyV, 256);
-            if (states_out != nullptr)
-                write_states(reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES);
-            if (i + 1 < nc) cake_mbar_arrive(mbEmptyS);  // St read (Qg S and the states)
             // o through As (free once every warp's Aqk Vnew is done): each thread's bf16 pairs in
             // (columns 8 (x >> 2) + 2 t, + 1: word t of 16-byte chunk x >> 2), chunk c4 of row r at
             // c4 ^ (r & 7) (conflict-free both ways), then whole 128-byte rows out, four 16-byte
@@ -791,33 +822,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     *reinterpret_cast<uint4*>(ob + r * orow + 8 * part) =
                         *reinterpret_cast<const uint4*>(ostage + r * 32 + 4 * (part ^ (r & 7)));
             }
+            cake_fence_proxy_async();  // the staged o's ordinary accesses -> the bulk copy's writes
             cake_bar_sync(kBarWg1, 128);  // every read of the staged o is done: As is free
             if (i + 1 < nc) issue_aqk(ci + 1);
-            cake_cp_async_commit();
         }
-        cake_cp_async_wait<0>();
     } else {
-        // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two).
-        // This thread's copies landed, then announced in two steps: W and Kd^T (wgmma's operands,
-        // needed first) on kFullL, U and gl (read after W S) on mbFullUG. One wait for all four
-        // exposed U's and gl's latency at the top of every chunk (session 18's split of the same
-        // wait in fwd_state: -14 %).
-        auto land = [&]() {
-            cake_cp_async_wait<1>();  // everything but the newest group (U, gl)
-            cake_fence_proxy_async();
-            cake_bar_arrive(kFullL, 256);
-            cake_cp_async_wait<0>();
-            cake_mbar_arrive(mbFullUG);
-        };
+        // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two), each
+        // tile's copy waited for by warpgroup 0 on its own mbarrier (U and gl only after W S).
         if (pf && nc > 1) prefetch_chunk(c0 + 1);
         if (nc > 0) {
             issue_k(c0);
             if (nc > 1) issue_k(c0 + 1);
             issue_w(c0);
-            cake_cp_async_commit();
             issue_ug(c0);
-            cake_cp_async_commit();
-            land();
         }
 #pragma unroll 1
         for (int i = 0; i < nc; ++i) {
@@ -826,16 +843,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
                 cake_bar_sync(kEmptyW, 256);
                 issue_w(ci + 1);
-                cake_cp_async_commit();
                 cake_mbar_wait(mbEmptyUG, i & 1);
                 issue_ug(ci + 1);
-                cake_cp_async_commit();
-                land();
             }
             if (i + 2 < nc) {  // Kd^T of chunk i+2, into chunk i's buffer once its product is done
                 cake_bar_sync((i & 1) ? kEmptyK1 : kEmptyK0, 256);
                 issue_k(ci + 2);
-                cake_cp_async_commit();
             }
         }
     }

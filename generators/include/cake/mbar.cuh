@@ -26,3 +26,26 @@ __device__ __forceinline__ void cake_mbar_wait(unsigned long long* b, int parity
         "@!p bra CAKE_MBAR_WAIT_%=;\n}"
         :: "r"(cake_smem_addr(b)), "r"(parity) : "memory");
 }
+
+// After the inits, before any bulk copy completes on them: the mbarriers' initialisation made
+// visible to the async proxy (the bulk-copy engine that signals them).
+__device__ __forceinline__ void cake_mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// One of the n arrivals that also expects `bytes` more transaction bytes in this phase: the phase
+// completes once every arrival is in and every expected byte has landed.
+__device__ __forceinline__ void cake_mbar_expect_tx(unsigned long long* b, unsigned int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(cake_smem_addr(b)), "r"(bytes) : "memory");
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by the
+// bulk-copy engine, landing as transaction bytes of mbarrier b's phase in progress. One thread
+// issues the copy of a whole tile; the readers wait on the mbarrier (acquire), which also makes
+// the async proxy's writes visible to wgmma and to ordinary loads.
+__device__ __forceinline__ void cake_bulk_load(void* dst, const void* src, unsigned int bytes,
+                                               unsigned long long* b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(cake_smem_addr(dst)), "l"(src), "r"(bytes), "r"(cake_smem_addr(b)) : "memory");
+}

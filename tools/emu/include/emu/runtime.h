@@ -156,6 +156,8 @@ constexpr int kNamedBars = 16;
 // An mbarrier's state, by its shared-memory offset (the 8 bytes themselves are not modelled).
 struct MBar {
     int count = 0, pending = 0, phase = 0;  // phase: the parity of the phase in progress
+    long long tx = 0;                       // transaction bytes expected and not landed
+    std::vector<Copy> bulk;                 // bulk copies issued on it and not landed
     std::vector<Fiber*> parked;
 };
 
@@ -479,17 +481,68 @@ inline MBar& mbar_at(void* b, const char* what) {
     return it->second;
 }
 
-// mbarrier.arrive: the last arrival of a phase flips the parity and releases the phase's waiters
-// in the schedule's order (the arriving thread goes on).
-inline void mbar_arrive(void* b) {
-    Worker* w = tl;
-    MBar& M = mbar_at(b, "mbarrier.arrive");
-    if (--M.pending > 0) return;
+// A phase completes once its last arrival is in and its transaction bytes have landed: the parity
+// flips and the phase's waiters are released in the schedule's order (the completing thread goes on).
+inline void mbar_complete_if_done(Worker* w, MBar& M) {
+    if (M.pending > 0 || M.tx != 0) return;
     M.phase ^= 1;
     M.pending = M.count;
     std::vector<Fiber*> go;
     go.swap(M.parked);
     wake(w, go);
+}
+
+inline void mbar_land(Worker* w, MBar& M);
+
+// Once a phase's arrivals are in, its bulk copies land if a thread already waits on it (else at the
+// first wait, or at issue with eager copies); a phase with nothing in flight completes.
+inline void mbar_progress(Worker* w, MBar& M) {
+    if (M.pending == 0 && !M.bulk.empty() && !M.parked.empty()) mbar_land(w, M);
+    else mbar_complete_if_done(w, M);
+}
+
+// mbarrier.arrive: one of the phase's arrivals.
+inline void mbar_arrive(void* b) {
+    MBar& M = mbar_at(b, "mbarrier.arrive");
+    if (M.pending == 0) fail("mbarrier.arrive on a phase whose arrivals are all in (its bytes pending)");
+    M.pending -= 1;
+    mbar_progress(tl, M);
+}
+
+// mbarrier.arrive.expect_tx: an arrival that also expects `bytes` more transaction bytes.
+inline void mbar_expect_tx(void* b, unsigned int bytes) {
+    MBar& M = mbar_at(b, "mbarrier.arrive.expect_tx");
+    M.tx += bytes;
+    mbar_arrive(b);
+}
+
+// The bulk copies issued on M land (in issue order) and count their bytes off its phase.
+inline void mbar_land(Worker* w, MBar& M) {
+    std::vector<Copy> land;
+    land.swap(M.bulk);
+    for (const Copy& c : land) {
+        memcpy(c.dst, c.src, (size_t)c.n);
+        M.tx -= c.n;
+    }
+    mbar_complete_if_done(w, M);
+}
+
+// cp.async.bulk global -> shared, completing on mbarrier b: lands when issued with eager copies,
+// else once the phase's arrivals are in and a thread waits on it (the latest the hardware could
+// take), so a reader that does not wait on it reads what was there before.
+inline void bulk_load(void* dst, const void* src, unsigned int bytes, void* b) {
+    Worker* w = tl;
+    unsigned char* d = static_cast<unsigned char*>(dst);
+    if (bytes == 0 || bytes % 16 != 0) fail("cp.async.bulk of %u bytes (a positive multiple of 16)", bytes);
+    if (d < w->smem || d + bytes > w->smem + w->smem_bytes)
+        fail("cp.async.bulk to %p: not inside the block's %zu bytes of shared memory", dst, w->smem_bytes);
+    if ((d - w->smem) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0)
+        fail("cp.async.bulk with a misaligned address (shared offset %lld, global %p)",
+             (long long)(d - w->smem), src);
+    MBar& M = mbar_at(b, "cp.async.bulk's mbarrier");
+    M.bulk.push_back({d, static_cast<const unsigned char*>(src), (int)bytes, (int)bytes});
+    if (w->eager_copies) mbar_land(w, M);
+    else mbar_progress(w, M);
 }
 
 // mbarrier.try_wait.parity in a loop: returns once the phase of that parity has completed, i.e.
@@ -500,6 +553,10 @@ inline void mbar_wait(void* b, int parity) {
     while (true) {
         MBar& M = mbar_at(b, "mbarrier.try_wait");
         if (M.phase != (parity & 1)) return;
+        if (M.pending == 0 && !M.bulk.empty()) {
+            mbar_land(w, M);
+            continue;
+        }
         M.parked.push_back(f);
         park(w, f, "mbarrier.try_wait");
     }
@@ -1026,6 +1083,11 @@ inline bool run_block(Worker* w) {
         block_error(w, "deadlock: %d thread(s) can never continue (%s)", w->live, where);
         return false;
     }
+    for (const auto& [at, M] : w->mbars)
+        if (!M.bulk.empty() || M.tx != 0) {
+            block_error(w, "the block exited with bulk copies in flight on the mbarrier at shared offset %u", at);
+            return false;
+        }
     for (size_t i = 0; i < kCanary; ++i) {
         if (w->smem[-1 - (long)i] != kCanaryByte) {
             block_error(w, "a write %zu byte(s) before the start of shared memory", i + 1);
