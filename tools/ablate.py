@@ -89,10 +89,10 @@ _FWD_NO_COPY["u"] = [
 ]
 # kda_bwd_state's cp.async of one input (one line of its issue loop), to leave out by name.
 _BWD_COPIES = {
-    "kd": "cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gKd + 512 * i, 16);",
-    "aqk": "cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gA + 512 * i, 16);",
-    "qg": "cake_cp_async16(Qs + sB + 1024 * i, Qg + base + gQ + 256 * i, 16);",
-    "w": "cake_cp_async16(Ws + sB + 1024 * i, W + base + gW + 256 * i, 16);",
+    "kd": "cake_cp_async16(Ks + sKd + 2048 * (j & 3) + 32 * (j >> 2), Kd + wsi * 8192 + gI + 1024 * (j & 3) + 4096 * (j >> 2), 16);",
+    "aqk": "cake_cp_async16(As + sA + 2048 * (j & 1) + 32 * (j >> 1), Aqk + wsi * 4096 + gI + 1024 * (j & 1) + 2048 * (j >> 1), 16);",
+    "qg": "cake_cp_async16(Qs + sQ + sj, Qg + base + gI + gj, 16);",
+    "w": "cake_cp_async16(Ws + sW + sj, W + base + gI + gj, 16);",
 }
 
 
@@ -470,11 +470,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         # the tiles both value blocks read (Kd^T, Aqk, Qg, W), every other piece each (as
         # fwd_state's halfloads of session 18: what a 2-block cluster's multicast loads would move)
         "halfloads": [
-            (
-                f"for (int i = 0; i < {n}; ++i) cake_cp_async16({t} + {o} + 1024 * i",
-                f"for (int i = vb; i < {n}; i += 2) cake_cp_async16({t} + {o} + 1024 * i",
-            )
-            for n, t, o in ((8, "Ks", "sK"), (4, "As", "sK"), (8, "Qs", "sB"), (8, "Ws", "sB"))
+            (f"for (int j = 0; j < {n}; ++j) {tail}", f"for (int j = vb; j < {n}; j += 2) {tail}")
+            for n, tail in ((8, " // Kd^T"), (4, " // Aqk"), (8, "{  // Qg and W"))
         ],
         # one group's copies left out: Kd^T and Aqk (group a), Qg and W (group b); or one tile
         "noa": _skip_copies(_BWD_COPIES, "kd", "aqk"),

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:766ce40c82dd45c4ab2f36aeae4872737d6a9024c04b2bae8896a31e64b90dc3
+// identity: sha256:aa71e7c04bce47eacf5e2e2feea7817f9c69a8696fc0e5762a4d549ce591030b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:1de07e654d7a08f75fff3c3653f4f8cc57acc3aaaa8aa8e657acb201c2f0df2c
+// identity: sha256:49df108f88485db798258da5863fa48b891f7579456b06ac552b2395b0e41698
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

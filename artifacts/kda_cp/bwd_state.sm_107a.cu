@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:f7295f9480afb252301017c3278ab532ccd955fea9174959770e9ae1fa09c218
+// identity: sha256:b78d47cbbdbbc4b58d5bc6af0bb1f4d5d02b9160af2631bc9e68c8d880c47ed4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:033a8eb8d57851768d88b816ac170a1eb90a4dc1c48d42f17fc873b64ac3afd4
+// identity: sha256:baef12887205a7d7343b0e0f3bf84e287ac77c4841fee95f23bb8101973d6e96
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

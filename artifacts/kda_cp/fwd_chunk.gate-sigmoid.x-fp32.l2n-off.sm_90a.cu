@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:19fca34f584fd79fafbf83de9876341edea579b900745bc4d12275e06a1da668
+// identity: sha256:128ec084642de83b702229f8fb091acc804793237a0349eefefe5897f437eee2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -254,6 +254,7 @@ __device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, in
 // fwd_state's chain keeps W's rows (tokens) and Kd^T's rows (keys) in the order pk,
 // pk(8j + 2t + e) = 8j + t + 4e: row r is stored at position pkinv(r).
 __device__ __forceinline__ int cake_pkinv(int r) { return (r & ~7) + 2 * (r & 3) + ((r >> 2) & 1); }
+__device__ __forceinline__ int cake_pk(int q) { return (q & ~7) + 4 * (q & 1) + ((q >> 1) & 3); }
 
 // U's 16-byte chunks XOR-swizzled per row (fwd_state's el64): rows 2q, 2q + 1 differ in bit 2.
 __device__ __forceinline__ int cake_sw64(int r) { return (r & 6) ^ ((r & 1) << 2); }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:c95b3a6806cae97fa76970499243c68be2580ca6c522fad945368f388444ad1b
+// identity: sha256:4986a7865eb11c1ec41735229d657b9d01f73b7990cec10f5da364d2a914b774
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -194,6 +194,7 @@ __device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, in
 // fwd_state's chain keeps W's rows (tokens) and Kd^T's rows (keys) in the order pk,
 // pk(8j + 2t + e) = 8j + t + 4e: row r is stored at position pkinv(r).
 __device__ __forceinline__ int cake_pkinv(int r) { return (r & ~7) + 2 * (r & 3) + ((r >> 2) & 1); }
+__device__ __forceinline__ int cake_pk(int q) { return (q & ~7) + 4 * (q & 1) + ((q >> 1) & 3); }
 
 // U's 16-byte chunks XOR-swizzled per row (fwd_state's el64): rows 2q, 2q + 1 differ in bit 2.
 __device__ __forceinline__ int cake_sw64(int r) { return (r & 6) ^ ((r & 1) << 2); }

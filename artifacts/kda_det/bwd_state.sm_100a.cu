@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:37e0c9eff2aec486fcdf172a999de7c3a90ce177e00e94b249c63c3d0809b9f5
+// identity: sha256:fbcf6f3d30b0ee5980a041360905ff066f1209387efbe97a337808924e0159eb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

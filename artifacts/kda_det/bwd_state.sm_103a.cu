@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:5cb10490ac7afa577c0b20d96005c46107137fd53a7abb67138676593a210b38
+// identity: sha256:a3663636bb935caacfeac25c58adc37e3738c6d6a31328271d4b82ebf6239b0e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:66d8f5461ccf9325f01af76e7c9c2aa182f3850eeb8ce44eedac477fbcd037f9
+// identity: sha256:33e7ac4bacf34671f953539514f00889047e76bd7da7dec1135e3b9d799773f4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

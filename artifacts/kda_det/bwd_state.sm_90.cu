@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:41291e96a9ceb42de4c7f2e7e8bd7c32985a56f244711f63bace829ae4bc9942
+// identity: sha256:9f75ae8e810fac804b3073b76f5ac257da0611203116f027b0ba4e2999b801f7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:44c014f5b0c676efd94fcd54a61fd6cdfe6df221f9ea712353b2ef29051361b5
+// identity: sha256:dee58e317a35703725ee9006cb9ac4125143b3a69d717267dc8e119b012a48cf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -212,6 +212,7 @@ __device__ __forceinline__ void cake_fence_proxy_async() {
 // fwd_state's chain keeps W's rows (tokens) and Kd^T's rows (keys) in the order pk,
 // pk(8j + 2t + e) = 8j + t + 4e: row r is stored at position pkinv(r).
 __device__ __forceinline__ int cake_pkinv(int r) { return (r & ~7) + 2 * (r & 3) + ((r >> 2) & 1); }
+__device__ __forceinline__ int cake_pk(int q) { return (q & ~7) + 4 * (q & 1) + ((q >> 1) & 3); }
 
 // U's 16-byte chunks XOR-swizzled per row (fwd_state's el64): rows 2q, 2q + 1 differ in bit 2.
 __device__ __forceinline__ int cake_sw64(int r) { return (r & 6) ^ ((r & 1) << 2); }
@@ -337,20 +338,24 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     for (int x = 0; x < 32; ++x)
         S[x] = has_dht ? dht[state_base + (long long)(kd0 + row_of(x)) * 128 + col_of(x)] : 0.f;
 
-    // The cp.async loops' addresses: piece i is this thread's piece 0 plus a constant (rows advance
-    // by 16, or 8 within a tile, which keeps row % 4 and so the swizzle): no per-piece arithmetic.
-    // The tiles come in kda_fwd_state's image (cake/chunk_image.cuh), where rows r and r + 8 i
-    // also lie a constant 256 i floats apart (their 128-byte swizzle and pk order repeat every 8).
-    const int sK = ag(64, tid >> 4, 4 * (tid & 15));
-    const int gKd = cake_img_kd(tid >> 4, 4 * (tid & 15)), gA = cake_img_aqk(tid >> 4, 4 * (tid & 15));
-    const int sB = ag(128, tid >> 5, 4 * (tid & 31));
-    const int gQ = cake_img_qg(tid >> 5, 4 * (tid & 31)), gW = cake_img_w(tid >> 5, 4 * (tid & 31));
+    // The tiles come in kda_fwd_state's image (cake/chunk_image.cuh): 128-byte rows (in pk order
+    // for W and Kd^T) of 32-float panels, their 16-byte chunks swizzled by row % 8. Thread (row q =
+    // tid / 8, chunk u = tid % 8) copies chunk u of image rows q + 32 j of each panel, so a warp
+    // reads 512 contiguous bytes (rows read piecewise across panels, 8 KB apart, cost bwd_state
+    // ~2 %: docs/notes.md, session 22); the piece is element (row, 4 (u ^ q % 8)) of the panel, with
+    // row = q or pk(q) (+ 32 j, which keeps row % 8 and pk), and goes to its place in this
+    // program's gather layout ag. Piece offsets: this thread's first plus constants.
+    const int q8 = tid >> 3, cq = 4 * ((tid & 7) ^ (q8 & 7)), gI = 32 * q8 + 4 * (tid & 7);
+    const int sKd = ag(64, cake_pk(q8), cq), sA = ag(64, q8, cq);
+    const int sQ = ag(128, q8, cq), sW = ag(128, cake_pk(q8), cq);
     auto issue_a = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + sK + 1024 * i, Kd + wsi * 8192 + gKd + 512 * i, 16);
+        for (int j = 0; j < 8; ++j)  // Kd^T [128 d][64 tok]: two panels of 128 rows
+            cake_cp_async16(Ks + sKd + 2048 * (j & 3) + 32 * (j >> 2), Kd + wsi * 8192 + gI + 1024 * (j & 3) + 4096 * (j >> 2), 16);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) cake_cp_async16(As + sK + 1024 * i, Aqk + wsi * 4096 + gA + 512 * i, 16);
+        for (int j = 0; j < 4; ++j)  // Aqk [64][64]: two panels of 64 rows
+            cake_cp_async16(As + sA + 2048 * (j & 1) + 32 * (j >> 1), Aqk + wsi * 4096 + gI + 1024 * (j & 1) + 2048 * (j >> 1), 16);
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -364,9 +369,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     auto issue_b = [&](int ci) {
         const long long base = ((long long)ci * H + h) * 8192;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + sB + 1024 * i, Qg + base + gQ + 256 * i, 16);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + sB + 1024 * i, W + base + gW + 256 * i, 16);
+        for (int j = 0; j < 8; ++j) {  // Qg and W [64 tok][128 d]: four panels of 64 rows
+            const int sj = 4096 * (j & 1) + 32 * (j >> 1), gj = 1024 * (j & 1) + 2048 * (j >> 1);
+            cake_cp_async16(Qs + sQ + sj, Qg + base + gI + gj, 16);
+            cake_cp_async16(Ws + sW + sj, W + base + gI + gj, 16);
+        }
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
     };
     auto store_st = [&]() {
