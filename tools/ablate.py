@@ -556,6 +556,9 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     # the precise chain (TF32 hi + lo of S and Vnew) of the rows of split sequences: its cost
     "fwd_state_local.sm_90a": {  # kda_cp only: the local passes
+        # the chain's own states writer (warpgroup 0, from its A fragments): what moving it to
+        # warpgroup 1 (as fwd_state's, session 21) could take at most
+        "nostates": NO_STATES,
         "noprecise": NO_PRECISE,
         "nopf": NO_PREFETCH,
     },
