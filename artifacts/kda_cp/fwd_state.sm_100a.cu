@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:ef9d8b94b4ba44347e435714c249de366c0893bb3495ccbda2ae85b7e35744df
+// identity: sha256:b5ede02aa07376f2f155602dede4c0784c326454ebe39844a8da43559298b72d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

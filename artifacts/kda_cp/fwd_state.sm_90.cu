@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:51cda4b7df1b06a31de75ef6e7c42e5fd1b5ce62c86cfbf102ba60d371cd264f
+// identity: sha256:824f5509bb08bcd33d479746c7a0c952f770cbe820f05d79a8967091cd7f2660
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:d59ba15ff3c49531954c01183ebf94c15a5286f44262566d9ca4a948ceddbce3
+// identity: sha256:ff03cdfb883fff68b7175a3b776e4762c1c9a0ce1bdbb5547d05733079b3f588
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

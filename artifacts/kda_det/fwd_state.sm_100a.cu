@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:4d77e8b22dcb3569daa809ff9a883bb53b32fde08d9edd4c6da3d3d4011d2c32
+// identity: sha256:56f35829411e5b2a99d7e898490100addfc3c5dbee71af5d5366a3de5016a824
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:d2ef3903b0745199aab663b1b398a36acf38370b61c6284bdf284bc2a07a9dbd
+// identity: sha256:65458f4ce1de5b468d56e6b88c34851bbc2250ae86e1796c0b5e83ac4fc808dc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:525a7402cef36fabe7544d2f20a6e5f13562a8e7ccd9539c063ae5ff7dffdbf7
+// identity: sha256:57d80eb9b29d205b503caf87caeb7115fb71ec75eb26f5733683bc85ef14c233
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

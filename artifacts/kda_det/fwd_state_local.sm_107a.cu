@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:962c8a568f34e37afe0b8ce89aa8ef62d59e6ea2ec24d791e8d7d42fa067b150
+// identity: sha256:054fce9e11d8fc06462dee11dfbc59a8fc5994cdeaaacdb9042ae112d4a93561
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

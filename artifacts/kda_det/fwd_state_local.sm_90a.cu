@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:e8fe9f043f59ce650eee0ded0a81eb7e39033ef0ee32c0211cb5f03d0e697ac8
+// identity: sha256:785271eb510bf5fd2520e71af0a62525b5ac5b8cc6fc6c4c923e99da316761ed
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -427,9 +427,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     float* Vt = As + 4096;                       // Vnew^T [64 v][64 tok], TF32 (O's B operand)
     float* Us = Vt + 4096;                       // U[:, vblock] [64 tok][64 v] (el64 layout)
     float* Gs = Us + 4096;                       // gl [128]
-    // Hand-offs of data that the other warpgroup reads with ordinary loads, as mbarriers (a named
-    // barrier's one-way hand-off of such data fails racecheck, cake/mbar.cuh): fwd_state's St
-    // (warpgroup 1 reads it for the states), the local program's U and gl (the chain reads them).
+    // Hand-offs around data read with ordinary loads, as mbarriers (a named barrier's one-way
+    // hand-off of such data fails racecheck, cake/mbar.cuh): fwd_state's St (warpgroup 1 reads it
+    // for the states) and the local program's release of Us and Gs (the chain's reads of them done,
+    // warpgroup 1 may copy the next chunk's).
     unsigned long long* const mbFullS = reinterpret_cast<unsigned long long*>(Gs + 128);
     unsigned long long* const mbEmptyS = mbFullS + 1;
     unsigned long long* const mbEmptyUG = mbFullS + 2;
@@ -470,9 +471,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // Chunk inputs of the chain (W, U, gl, Kd^T) are issued by warpgroup 0 itself; in the local
     // program (no O) by warpgroup 1. kda_fwd_chunk stores every tile in its shared-memory image
     // here (cake/chunk_image.cuh), so the issuing warpgroup's thread 0 copies each whole with one
-    // bulk copy that completes on the tile's transaction mbarrier, and its readers wait on that:
-    // -7 % (1doc replay) to -17 % (64K x 4) of the pass against 16-byte cp.async pieces from 128
-    // threads, each waiting for its own (docs/notes.md, session 22).
+    // bulk copy that completes on the tile's transaction mbarrier, and its readers wait on that
+    // (against 16-byte cp.async pieces from 128 threads, each waiting for its own: -7 % of the
+    // 1doc replay pass, -12 % R2, -17 % 64K x 4 in a timing ablation; docs/notes.md, session 22).
     const int tw = tid & 127;  // within the warpgroup that issues the loads
     const bool issuer = tw == 0;
     auto bulk = [&](unsigned long long* mb, float* dst, const float* src, unsigned int bytes) {
@@ -737,10 +738,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         // record for a bulk copy took as long, and storing it only after St's release (every
         // value in registers) took 10 % longer (docs/notes.md, sessions 21-22). A lane pair takes
         // one key d and one group of 16 values (one 32-byte sector of the record), lane p the
-        // format's positions 8 p .. 8 p + 7, i.e. values
-        // r = 4 p + j and 8 + 4 p + j (j = 0..3) as its four words: eight rounds of 16 keys and one
-        // group a warp. Rows r and r + 4 of St differ in its swizzle's bit 2 and the 16 keys fill
-        // four 16-byte chunks, so the loads are conflict-free; the stores are whole sectors.
+        // format's positions 8 p .. 8 p + 7, i.e. values r = 4 p + j and 8 + 4 p + j (j = 0..3) as
+        // its four words: eight rounds of 16 keys and one group a warp. Rows r and r + 4 of St
+        // differ in its swizzle's bit 2 and the 16 keys fill four 16-byte chunks, so the loads are
+        // conflict-free; the stores are whole sectors.
         const int lane = tw & 31, wq = tw >> 5, p = lane & 1;
         auto write_states = [&](unsigned char* rec) {
 #pragma unroll
