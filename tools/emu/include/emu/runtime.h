@@ -357,12 +357,14 @@ inline void park(Worker* w, Fiber* f, const char* what) {
 }
 
 // ---- cp.async: queued per thread, performed at cp.async.wait_group -----------------------------
+// One copy lands: its n bytes read, the rest of its size zero-filled.
+inline void land(const Copy& c) {
+    if (c.n > 0) memcpy(c.dst, c.src, (size_t)c.n);
+    if (c.size > c.n) memset(c.dst + c.n, 0, (size_t)(c.size - c.n));
+}
+
 inline void do_copies(Fiber* f, size_t end) {
-    for (size_t i = 0; i < end; ++i) {
-        const Copy& c = f->copies[i];
-        if (c.n > 0) memcpy(c.dst, c.src, (size_t)c.n);
-        if (c.size > c.n) memset(c.dst + c.n, 0, (size_t)(c.size - c.n));
-    }
+    for (size_t i = 0; i < end; ++i) land(f->copies[i]);
     f->copies.erase(f->copies.begin(), f->copies.begin() + (long)end);
 }
 
@@ -391,8 +393,7 @@ inline void cp_async(void* dst, const void* src, int size, int src_bytes) {
         Fiber* f = w->cur;
         const Copy c = f->copies.back();
         f->copies.pop_back();
-        if (c.n > 0) memcpy(c.dst, c.src, (size_t)c.n);
-        if (c.size > c.n) memset(c.dst + c.n, 0, (size_t)(c.size - c.n));
+        land(c);
     }
 }
 
@@ -518,10 +519,10 @@ inline void mbar_expect_tx(void* b, unsigned int bytes) {
 
 // The bulk copies issued on M land (in issue order) and count their bytes off its phase.
 inline void mbar_land(Worker* w, MBar& M) {
-    std::vector<Copy> land;
-    land.swap(M.bulk);
-    for (const Copy& c : land) {
-        memcpy(c.dst, c.src, (size_t)c.n);
+    std::vector<Copy> landing;
+    landing.swap(M.bulk);
+    for (const Copy& c : landing) {
+        land(c);
         M.tx -= c.n;
     }
     mbar_complete_if_done(w, M);
