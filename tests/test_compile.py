@@ -31,7 +31,11 @@ def _compile(path: str, arch: Arch, name: str) -> Compiled:
     return compile_source(Path(path).read_text(), arch, name)
 
 
-USES_POOL = ("test_program_compiles", "test_no_register_a_operand_is_overwritten_in_flight")
+USES_POOL = (
+    "test_program_compiles",
+    "test_no_register_a_operand_is_overwritten_in_flight",
+    "test_no_16_byte_global_store_is_split",
+)
 
 
 @pytest.fixture(scope="session")
@@ -319,3 +323,52 @@ def test_parse_resources_per_kernel() -> None:
     assert (first.registers, first.stack, first.spill_stores, first.spill_loads) == (168, 16, 8, 4)
     assert first.smem_static == 33024
     assert (second.registers, second.smem_static, second.spill_stores) == (40, 0, 0)
+
+
+_STG32 = re.compile(r"^STG\.E (?:desc\[\w+\])?\[(R\d+)\.64(?:\+0x([0-9a-f]+))?\]")
+
+
+def split_stores(listing: list[str], window: int = 8) -> list[str]:
+    """Four 4-byte global stores to offsets o, o + 4, o + 8, o + 12 (o a multiple of 16) of one
+    base register within `window` instructions: a 16-byte store the compiler split (kda_fwd_chunk's
+    float4 stores were, until cake_st_global_v4: docs/notes.md, session 22)."""
+    found = []
+    for i, line in enumerate(listing):
+        m = _STG32.match(line)
+        if m is None or int(m.group(2) or "0", 16) % 16:
+            continue
+        base, o = m.group(1), int(m.group(2) or "0", 16)
+        near = {
+            int(n.group(2) or "0", 16)
+            for ln in listing[max(0, i - window) : i + window]
+            if (n := _STG32.match(ln)) is not None and n.group(1) == base
+        }
+        if {o + 4, o + 8, o + 12} <= near:
+            found.append(line)
+    return found
+
+
+@pytest.mark.parametrize(
+    "entry", [e for e in ENTRIES if e.arch in (Arch.sm_90a, Arch.sm_90)], ids=lambda e: e.program
+)
+def test_no_16_byte_global_store_is_split(
+    entry: Entry, compiles: dict[str, Future[Compiled]], tmp_path: Path
+) -> None:
+    compiled = compiles[entry.program].result()  # the session's compile, shared
+    assert split_stores(sass_lines(compiled.cubin, tmp_path)) == []
+
+
+def test_split_store_is_found() -> None:
+    """The scan on a listing shaped like 7fd06c4's kda_fwd_chunk (a float4 store as four STG.E,
+    out of order), and on whole 16-byte stores and 4-byte stores of separate rows."""
+    split = [
+        "STG.E desc[UR10][R4.64+0x4], R7",
+        "STG.E desc[UR10][R4.64], R9",
+        "FMUL R3, R3, R5",
+        "STG.E desc[UR10][R4.64+0x8], R13",
+        "STG.E desc[UR10][R4.64+0xc], R11",
+    ]
+    assert split_stores(split) == ["STG.E desc[UR10][R4.64], R9"]
+    whole = ["STG.E.128 desc[UR10][R4.64], R8", "STG.E.128 desc[UR10][R4.64+0x10], R12"]
+    rows = [f"STG.E desc[UR10][R{2 * k}.64], R{20 + k}" for k in range(4)]  # four bases
+    assert split_stores(whole) == [] and split_stores(rows) == []

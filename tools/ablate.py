@@ -576,7 +576,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "nob": [("if (q == 0 && s + 1 < P - 1) b_next", "if (false) b_next")],
         "nostore": [
             (
-                "*reinterpret_cast<float4*>(X + at(reverse ? f + p - 1 : f + p + 1)) = acc;",
+                "cake_st_global_v4(X + at(reverse ? f + p - 1 : f + p + 1), acc);",
                 "(void)0;",
             )
         ],

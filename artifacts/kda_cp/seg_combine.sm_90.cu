@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90
-// identity: sha256:b39fce86b710ec84b61e07c1530ef88b29cd18e5d6091125d61cd44548607592
+// identity: sha256:6fc39a953a8892afbfae2691565230204fae858885d1ad09f5052dc5f4532d61
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -32,6 +32,16 @@ __device__ __forceinline__ void cake_prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
+// ---- begin cake/store.cuh ----
+// A 16-byte store to global memory issued as one st.global.v4.f32. The C++ float4 store is not
+// always one instruction: the compiler split kda_fwd_chunk's row-major float4 stores (G_out, TA_out,
+// and until session 22 Qg, Aqk and Kd) into four 4-byte stores, depending only on how the address
+// was formed (docs/notes.md, session 22), on a kernel near the shared-memory / LSU pipe's limit.
+// p: 16-byte aligned, in global memory.
+__device__ __forceinline__ void cake_st_global_v4(float* p, float4 v) {
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+}
+// ---- end cake/store.cuh ----
 
 namespace {
 // Padded rows of M in shared memory. Forward, the 8 lanes of a shared-memory phase read float4s of
@@ -77,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
         const long long o = ((static_cast<long long>(n) * H + h) * 128 + tid) * 128 + col;
         if (x0 != nullptr) x = *reinterpret_cast<const float4*>(x0 + o);
         const long long first_out = reverse ? f + P - 1 : f;
-        *reinterpret_cast<float4*>(X + ((first_out * H + h) * 128 + tid) * 128 + col) = x;
+        cake_st_global_v4(X + ((first_out * H + h) * 128 + tid) * 128 + col, x);
         *reinterpret_cast<float4*>(Xs[tid]) = x;
     }
     if (P < 2) return;  // block-uniform
@@ -135,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
         __syncthreads();  // every read of Xs and of this M buffer is done
         if (q == 0) {
             *reinterpret_cast<float4*>(Xs[r]) = acc;
-            *reinterpret_cast<float4*>(X + at(reverse ? f + p - 1 : f + p + 1)) = acc;
+            cake_st_global_v4(X + at(reverse ? f + p - 1 : f + p + 1), acc);
         }
     }
     cake_cp_async_wait<0>();

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:a11b1af757914b3fe370cb5a318d1c397f8d22216b7d11d833b7e40484f7381b
+// identity: sha256:69665e3b3ddee15560b403f3444babd2c99f27430d6f205b45e3cf2fcd5e2226
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -210,6 +210,16 @@ __device__ __forceinline__ float4 cake_gamma_add(float4 acc, float4 x, float4 bi
                        cake_gamma_step<kGate>(acc.w, x.w, bias.w, ea, lower_bound));
 }
 // ---- end cake/gate.cuh ----
+// ---- begin cake/store.cuh ----
+// A 16-byte store to global memory issued as one st.global.v4.f32. The C++ float4 store is not
+// always one instruction: the compiler split kda_fwd_chunk's row-major float4 stores (G_out, TA_out,
+// and until session 22 Qg, Aqk and Kd) into four 4-byte stores, depending only on how the address
+// was formed (docs/notes.md, session 22), on a kernel near the shared-memory / LSU pipe's limit.
+// p: 16-byte aligned, in global memory.
+__device__ __forceinline__ void cake_st_global_v4(float* p, float4 v) {
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+}
+// ---- end cake/store.cuh ----
 
 namespace {
 
@@ -372,7 +382,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const float4 G = make_float4(__fadd_rn(off.x, gv[i].x), __fadd_rn(off.y, gv[i].y),
                                          __fadd_rn(off.z, gv[i].z), __fadd_rn(off.w, gv[i].w));
             if (G_out != nullptr && r < L)
-                *reinterpret_cast<float4*>(G_out + in_base + (long long)r * tok_stride + 4 * lane) = G;
+                cake_st_global_v4(G_out + in_base + (long long)r * tok_stride + 4 * lane, G);
             *reinterpret_cast<float4*>(gs + at_gam(r, lane)) =
                 make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
         }
@@ -630,7 +640,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = rtf32(m * x[1] * cake_ex2(gg.y));
             y.z = rtf32(m * x[2] * cake_ex2(gg.z));
             y.w = rtf32(m * x[3] * cake_ex2(gg.w));
-            *reinterpret_cast<float4*>(out + out_qg(r, 4 * c4)) = y;
+            cake_st_global_v4(out + out_qg(r, 4 * c4), y);
         }
     }
     __syncthreads();
@@ -673,7 +683,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = 4 * c4 + 1 <= r ? rtf32(a.y) : 0.f;
             y.z = 4 * c4 + 2 <= r ? rtf32(a.z) : 0.f;
             y.w = 4 * c4 + 3 <= r ? rtf32(a.w) : 0.f;
-            *reinterpret_cast<float4*>(aout + out_aqk(r, 4 * c4)) = y;
+            cake_st_global_v4(aout + out_aqk(r, 4 * c4), y);
         }
         // Kd transposed: a warp writes two whole 256-byte rows (dims) of it per store.
         float* kout = Kd + ws * 8192;
@@ -687,7 +697,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 const float kv = ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
                 y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
             }
-            *reinterpret_cast<float4*>(kout + out_kd(d, r0)) = make_float4(y[0], y[1], y[2], y[3]);
+            cake_st_global_v4(kout + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));
         }
         if (tid >= 128) {
             const int d = tid - 128;
@@ -829,7 +839,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const float4 m = 4 * c4 + 3 > r ? ld4_f32(Ms, at_sq(63 - r, 15 - c4)) : make_float4(0.f, 0.f, 0.f, 0.f);
             const float4 y = make_float4(4 * c4 <= r ? a.x : m.w, 4 * c4 + 1 <= r ? a.y : m.z,
                                          4 * c4 + 2 <= r ? a.z : m.y, 4 * c4 + 3 <= r ? a.w : m.x);
-            *reinterpret_cast<float4*>(ta + r * 64 + 4 * c4) = y;
+            cake_st_global_v4(ta + r * 64 + 4 * c4, y);
         }
     }
 }
