@@ -40,15 +40,20 @@ NO_LOAD = [
 ]
 
 # fwd_state's serial chain alone: no loads, no state or o stores
-_REC = "unsigned char* const rec = kLocal && states_out != nullptr"
 _WG1_WRITE = (
     "            if (states_out != nullptr)\n"
     "                write_states(reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES);\n"
 )
-# the local program's warpgroup 0 writer, fwd_state's warpgroup 1 writer (its hand-off of St stays)
-NO_STATES = [
-    (_REC, _REC.replace("kLocal && states_out != nullptr", "false")),
-    (_WG1_WRITE, _WG1_WRITE.replace("if (states_out != nullptr)", "if (false)")),
+# fwd_state's warpgroup 1 writer (its hand-off of St stays)
+NO_STATES = [(_WG1_WRITE, _WG1_WRITE.replace("if (states_out != nullptr)", "if (false)"))]
+# the local program's: no St copy, no writer (warpgroup 1 only issues the loads)
+_ST_COPY = "const bool st_copy = !kLocal || states_out != nullptr;"
+_LOCAL_WRITE = (
+    "            if (states_out != nullptr) {\n                cake_mbar_wait(mbFullS, i & 1);"
+)
+LOCAL_NO_STATES = [
+    (_ST_COPY, "const bool st_copy = !kLocal;"),
+    (_LOCAL_WRITE, _LOCAL_WRITE.replace("if (states_out != nullptr)", "if (false)")),
 ]
 # o's staging in shared memory and its stores (so warpgroup 1's products go too)
 _O_STORE = "if (r < L)\n                    *reinterpret_cast<uint4*>(ob + r * orow + 8 * part)"
@@ -293,8 +298,8 @@ _RAW_BWD = {
 
 _WG1_STORE = "*reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) ="
 _WG1_STORE_ALL = _WG1_STORE + (
-    "\n                    make_uint4(cake_f16x2(sv[0] * sc, sv[1] * sc), cake_f16x2(sv[2] * sc, sv[3] * sc),\n"
-    "                               cake_f16x2(sv[4] * sc, sv[5] * sc), cake_f16x2(sv[6] * sc, sv[7] * sc));"
+    "\n                make_uint4(cake_f16x2(sv[0] * sc, sv[1] * sc), cake_f16x2(sv[2] * sc, sv[3] * sc),\n"
+    "                           cake_f16x2(sv[4] * sc, sv[5] * sc), cake_f16x2(sv[6] * sc, sv[7] * sc));"
 )
 _WG1_STORE_WORDS = (
     "{ const unsigned int w0 = cake_f16x2(sv[0] * sc, sv[1] * sc), w1 = cake_f16x2(sv[2] * sc, sv[3] * sc),"
@@ -395,8 +400,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         # computed but not stored
         "wg1sink": [
             (
-                "        auto write_states = [&](unsigned char* rec) {",
-                "        unsigned int abl_sink = 0u;\n        auto write_states = [&](unsigned char* rec) {",
+                "    auto write_states = [&](unsigned char* rec) {",
+                "    unsigned int abl_sink = 0u;\n    auto write_states = [&](unsigned char* rec) {",
             ),
             (_WG1_STORE_ALL, _WG1_STORE_SINK),
             ("if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;", "abl_sink += e;"),
@@ -558,7 +563,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state_local.sm_90a": {  # kda_cp only: the local passes
         # the chain's own states writer (warpgroup 0, from its A fragments): what moving it to
         # warpgroup 1 (as fwd_state's, session 21) could take at most
-        "nostates": NO_STATES,
+        "nostates": LOCAL_NO_STATES,
         "noprecise": NO_PRECISE,
         "nopf": NO_PREFETCH,
     },

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:b5ede02aa07376f2f155602dede4c0784c326454ebe39844a8da43559298b72d
+// identity: sha256:328e1f28682cf5c965cb043f46eb6a69b0c9f1f702b6925e65bc9f5656276637
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:f288598d19c55537b383ac31f6a98ad6bcd398ee6a3b73a8969f528b135262c4
+// identity: sha256:b9f8921f50d37c0a9c05d4f054fb40e4dc08197bae49475faea953819d6f998f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

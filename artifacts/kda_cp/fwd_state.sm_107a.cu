@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:49209f0e0af189b9031d02b7fb28029ae5ee1e24a4ba7f9d40d87ef48aaa3adb
+// identity: sha256:1d4ccae6154a7f0cf7058122b2921e86cd7b930cfdb6369ce700bd1712906e50
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

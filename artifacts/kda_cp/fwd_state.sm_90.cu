@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:824f5509bb08bcd33d479746c7a0c952f770cbe820f05d79a8967091cd7f2660
+// identity: sha256:8a907668559ccec411afd32213f5b62950d9245fa42bbfe39e209d19250879c3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

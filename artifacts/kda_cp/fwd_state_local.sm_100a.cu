@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:bc40ef62429a8004399f10a4aab8e77e12e5e2bc794d90eb93bd015651e66f8f
+// identity: sha256:4d93a71cfe299373d7b9dfd3f132468ac129004f0f850cc9dbc99ddff25066b3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

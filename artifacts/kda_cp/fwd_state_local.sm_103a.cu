@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:ff03cdfb883fff68b7175a3b776e4762c1c9a0ce1bdbb5547d05733079b3f588
+// identity: sha256:0939948b38c697ee352de5ea2bfc692d5c85684829bc996637a7f713f855c334
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

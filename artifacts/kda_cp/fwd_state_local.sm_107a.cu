@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:02cc66acdb59490ec5e434d3803753c03e90446f76226affbe052fac24d29329
+// identity: sha256:352780657d7d5c191197855630aff8d72c1c85778ee154fb100be9051906c705
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

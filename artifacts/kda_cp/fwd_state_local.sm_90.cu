@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:cc1a336ddb37e2a0199a4e53c54429a42d5a28c58c442769b276f04254b4ef00
+// identity: sha256:4b53b9072b4fce184377df8cb207af2ae79bf3862105af749e13e1d2d3a78936
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:56f35829411e5b2a99d7e898490100addfc3c5dbee71af5d5366a3de5016a824
+// identity: sha256:f6de13e026f119a8ed820dbac2a0b1f08d263c4c21918905b42612613d61b4ca
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

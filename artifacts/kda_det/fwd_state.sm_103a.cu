@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:0210338f75cfa80ec2cd0c3c9f399a10983ddb1da5695b53660f624b5866349d
+// identity: sha256:62d8162effebb175b66e8a664bf695c52e7d34890d6b9fbd27439cf55bca27dc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:37ffc78781d54db3e777cbf89672889554918d956c7519b3ed82ce18e8fdd450
+// identity: sha256:5ef237469e6331f00ce890c00c403fb142ddf1b1af4f589d724158353d892acc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:40808db4e8c92bbf2736b76684bff54a5b3a5f7f337b3f9ff155964d7186c073
+// identity: sha256:797ff52706f29a2c12c576a0ca32a12d6b06fe4c07fa81b51bbb9bbe0ace4548
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

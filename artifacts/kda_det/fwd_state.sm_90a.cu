@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:76129d1eef3dccd3e92b523cf9ad75fdaae5ec1bb0dbe68a5db02b94da62f98f
+// identity: sha256:02f48989ef3095ef81035e4d845e912d50487b9a1478af1d6bd6edf394295330
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -442,6 +442,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
     const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
     const bool split_rows = __shfl_sync(0xffffffffu, int(precise != nullptr && precise[n] != 0), 0) != 0;  // block-uniform
+    // S^T's TF32 copy St goes to warpgroup 1, which writes the chunk-start states from it (and, in
+    // fwd_state, computes O): the local program's only when it writes states.
+    const bool st_copy = !kLocal || states_out != nullptr;
     // Accumulator x of an m64n64 product: row 16 w + g (+ 8 for x & 2), column 8 (x >> 2) + 2 t +
     // (x & 1); the column holds index pcol(x) of a pk-ordered B (that column of a naturally ordered one).
     auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
@@ -489,18 +492,51 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
 
     if (tid == 0) {
-        if (!kLocal) {
-            cake_mbar_init(mbFullS, 128);   // warpgroup 0's threads, St stored
-            cake_mbar_init(mbEmptyS, 128);  // warpgroup 1's threads, St read
-        } else {
-            cake_mbar_init(mbEmptyUG, 128);  // warpgroup 0's threads, Us and Gs read
-        }
+        cake_mbar_init(mbFullS, 128);   // warpgroup 0's threads, St stored
+        cake_mbar_init(mbEmptyS, 128);  // warpgroup 1's threads, St read
+        if (kLocal) cake_mbar_init(mbEmptyUG, 128);  // warpgroup 0's threads, Us and Gs read
         for (unsigned long long* mb = mbK; mb <= mbA; ++mb) cake_mbar_init(mb, 1);
         cake_mbar_init_fence();
     }
     if (kLocal && U == nullptr)  // the transition pass: U = 0 (no copy of U ever writes Us)
         for (int i = tid; i < 4096; i += 256) Us[i] = 0.f;
     __syncthreads();
+    // The chunk-start state S(i) out in 16 bits (cake/state16.cuh) from St, its TF32 copy (the
+    // values of warpgroup 0's A fragments, hi parts for precise rows), right after Qg S, so that
+    // St goes back to warpgroup 0 before Aqk Vnew waits for Vnew^T (after it: +3 % 1doc, +6 %
+    // R2, +8 % 64K x 4), and 5.5 % faster than with warpgroup 0 writing them (1doc). Of what
+    // the states still cost (~17 %), ~10 % is their stores and the rest this work; staging the
+    // record for a bulk copy took as long, and storing it only after St's release (every
+    // value in registers) took 10 % longer (docs/notes.md, sessions 21-22). A lane pair takes
+    // one key d and one group of 16 values (one 32-byte sector of the record), lane p the
+    // format's positions 8 p .. 8 p + 7, i.e. values r = 4 p + j and 8 + 4 p + j (j = 0..3) as
+    // its four words: eight rounds of 16 keys and one group a warp. Rows r and r + 4 of St
+    // differ in its swizzle's bit 2 and the 16 keys fill four 16-byte chunks, so the loads are
+    // conflict-free; the stores are whole sectors.
+    const int lane = tw & 31, wq = tw >> 5, p = lane & 1;
+    auto write_states = [&](unsigned char* rec) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const int gl4 = q >> 1, d = 32 * wq + 16 * (q & 1) + (lane >> 1), v0 = 16 * gl4 + 4 * p;
+            float sv[8];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                sv[2 * j] = St[cake_wg_idx<64>(v0 + j, d)];
+                sv[2 * j + 1] = St[cake_wg_idx<64>(v0 + 8 + j, d)];
+            }
+            float m = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(sv[j]));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            const unsigned int e = cake_s16_exp(m);
+            const float sc = cake_s16_down(e);
+            const int grp = 4 * vb + gl4;
+            *reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) =
+                make_uint4(cake_f16x2(sv[0] * sc, sv[1] * sc), cake_f16x2(sv[2] * sc, sv[3] * sc),
+                           cake_f16x2(sv[4] * sc, sv[5] * sc), cake_f16x2(sv[6] * sc, sv[7] * sc));
+            if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;
+        }
+    };
     if (wg == 0) {
         float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
 #pragma unroll
@@ -529,53 +565,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
 #pragma unroll
                 for (int x = 0; x < 32; ++x) dst[(long long)(64 * hf + pcol(x)) * 128 + row_of(x)] = ST[hf][x];
         };
-        // The chunk-start states in 16 bits (cake/state16.cuh) from the chain's own TF32 A fragments
-        // FS. Key d's values 16 w .. 16 w + 15 (one exponent group, one 32-byte sector) lie with the
-        // eight lanes of one t, value rows g and g + 8 a lane: the group maximum's exponent is three
-        // shuffles of a word that holds it for the two keys of a (hf, j) step (one 16-bit lane each),
-        // and the format's order within a group (value row g + 8 e at position 2 g + e) makes each
-        // lane's pair one 4-byte word, so every store instruction writes whole sectors with no
-        // exchange. Four steps at a time shuffle level by level: a lane has one warp to itself
-        // per SM sub-partition, so only independent shuffles in flight hide their latency (one step
-        // after another, with the exchanges, cost the chain ~0.8 us a chunk: docs/notes.md, session 20).
-        const int v_st = vb * 64 + 16 * w + 2 * g;  // the lane's pair: positions 2 g, 2 g + 1 of its groups
-        auto store_states = [&](unsigned char* rec, auto tf) {
-            unsigned short* const hs = reinterpret_cast<unsigned short*>(rec) + v_st;
-            unsigned char* const ex = rec + CAKE_S16_EXP + (4 * vb + w) * 128 + 8 * g + t;
-            unsigned int mine[2] = {0u, 0u};  // per hf, the exponents of step j = g: keys 64 hf + 8 g + t, + 4
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {  // steps (hf, j), hf = q >> 1, j = 4 (q & 1) .. + 3
-                const int hf = q >> 1, j0 = 4 * (q & 1);
-                unsigned int e[4];  // step j0 + i: E of key pcol(4 j) (bits 0-15) and of pcol(4 j + 1)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int j = j0 + i;
-                    const float ma = fmaxf(fabsf(tf(hf, 4 * j)), fabsf(tf(hf, 4 * j + 2)));
-                    const float mb = fmaxf(fabsf(tf(hf, 4 * j + 1)), fabsf(tf(hf, 4 * j + 3)));
-                    e[i] = (__float_as_uint(ma) >> 23) | ((__float_as_uint(mb) >> 7) & 0x00ff0000u);
-                }
-#pragma unroll
-                for (int lane_bit = 4; lane_bit <= 16; lane_bit *= 2)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) e[i] = cake_max_u16x2(e[i], __shfl_xor_sync(0xffffffffu, e[i], lane_bit));
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int j = j0 + i;
-                    const unsigned int ej = cake_max_u16x2(e[i], 0x000f000fu);  // E = max(15, exponent)
-                    const float sa = cake_s16_down(ej & 0xffffu), sb = cake_s16_down(ej >> 16);
-                    const int da = 64 * hf + pcol(4 * j);  // key b = da + 4
-                    *reinterpret_cast<unsigned int*>(hs + da * 128) = cake_f16x2(tf(hf, 4 * j) * sa, tf(hf, 4 * j + 2) * sa);
-                    *reinterpret_cast<unsigned int*>(hs + (da + 4) * 128) = cake_f16x2(tf(hf, 4 * j + 1) * sb, tf(hf, 4 * j + 3) * sb);
-                    if (j == g) mine[hf] = ej;
-                }
-            }
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                ex[64 * hf] = (unsigned char)(mine[hf] & 0xffu);
-                ex[64 * hf + 4] = (unsigned char)(mine[hf] >> 16);
-            }
-        };
-
         // Three copies a chunk, issued in the order the chain needs them: Kd^T (a chunk ahead, at
         // the top of the chunk before), W (once the chunk before's W S is done), U and gl (once its
         // Vnew and gl scaling have read them). W S waits only for the first two; U and gl are
@@ -596,12 +585,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             for (int i = 0; i < nc; ++i) {
                 const int ci = c0 + i;
                 const float* Kc = Ks + 8192 * (i & 1);
-                // The local program writes the chunk-start states itself (fwd_state: warpgroup 1,
-                // from St). Precise rows: first, from the hi fragments (nothing in flight; during the
-                // lo pass, whose A registers ptxas may reuse, it spilled).
-                unsigned char* const rec = kLocal && states_out != nullptr
-                    ? reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES : nullptr;
-                if (split && rec != nullptr) store_states(rec, [&](int hf, int x) { return __uint_as_float(FS[hf][x]); });
                 cake_mbar_wait(mbK + (i & 1), (i >> 1) & 1);  // Kd^T(i)
                 cake_mbar_wait(mbW, i & 1);                    // W(i)
                 if (!kLocal) {
@@ -624,8 +607,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     cake_wgmma_commit();
                 };
                 product_sw(0);
-                // While it runs: the chunk's start state out, from the A fragments.
-                if (!split && rec != nullptr) store_states(rec, [&](int hf, int x) { return __uint_as_float(FS[hf][x]); });
                 if (split) {  // FS may change only once the hi pass has read it
                     cake_wgmma_wait<0>();
 #pragma unroll
@@ -634,8 +615,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                         for (int x = 0; x < 32; ++x) FS[hf][x] = cake_tf32(ST[hf][x] - __uint_as_float(FS[hf][x]));
                     product_sw(1);
                 }
-                // While it runs: S^T's TF32 copy for warpgroup 1.
-                if (!kLocal) {
+                // While it runs: S^T's TF32 copy for warpgroup 1 (O and the states; the local
+                // program's, the states only).
+                if (st_copy) {
                     // Precise rows: S^T's copy only once the lo pass is done. Stored while it ran, ptxas
                     // gave the copy's conversions the registers of the lo pass's A operands, still
                     // being read by the tensor cores: o came out wrong on the H200 (docs/notes.md,
@@ -720,42 +702,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         auto issue_aqk = [&](int ci) {
             if (issuer) bulk(mbA, As, Aqk + ((long long)ci * H + h) * 4096, 16384);
         };
-        // The chunk-start state S(i) out in 16 bits (cake/state16.cuh) from St, its TF32 copy (the
-        // values of warpgroup 0's A fragments, hi parts for precise rows), right after Qg S, so that
-        // St goes back to warpgroup 0 before Aqk Vnew waits for Vnew^T (after it: +3 % 1doc, +6 %
-        // R2, +8 % 64K x 4), and 5.5 % faster than with warpgroup 0 writing them (1doc). Of what
-        // the states still cost (~17 %), ~10 % is their stores and the rest this work; staging the
-        // record for a bulk copy took as long, and storing it only after St's release (every
-        // value in registers) took 10 % longer (docs/notes.md, sessions 21-22). A lane pair takes
-        // one key d and one group of 16 values (one 32-byte sector of the record), lane p the
-        // format's positions 8 p .. 8 p + 7, i.e. values r = 4 p + j and 8 + 4 p + j (j = 0..3) as
-        // its four words: eight rounds of 16 keys and one group a warp. Rows r and r + 4 of St
-        // differ in its swizzle's bit 2 and the 16 keys fill four 16-byte chunks, so the loads are
-        // conflict-free; the stores are whole sectors.
-        const int lane = tw & 31, wq = tw >> 5, p = lane & 1;
-        auto write_states = [&](unsigned char* rec) {
-#pragma unroll
-            for (int q = 0; q < 8; ++q) {
-                const int gl4 = q >> 1, d = 32 * wq + 16 * (q & 1) + (lane >> 1), v0 = 16 * gl4 + 4 * p;
-                float sv[8];
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    sv[2 * j] = St[cake_wg_idx<64>(v0 + j, d)];
-                    sv[2 * j + 1] = St[cake_wg_idx<64>(v0 + 8 + j, d)];
-                }
-                float m = 0.f;
-#pragma unroll
-                for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(sv[j]));
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                const unsigned int e = cake_s16_exp(m);
-                const float sc = cake_s16_down(e);
-                const int grp = 4 * vb + gl4;
-                *reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) =
-                    make_uint4(cake_f16x2(sv[0] * sc, sv[1] * sc), cake_f16x2(sv[2] * sc, sv[3] * sc),
-                               cake_f16x2(sv[4] * sc, sv[5] * sc), cake_f16x2(sv[6] * sc, sv[7] * sc));
-                if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;
-            }
-        };
         // Q(0), A(0), then per chunk i Q(i+1) once Qg S is done, A(i+1) once o has left As
         if (nc > 0) {
             issue_q(c0);
@@ -820,7 +766,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
     } else {
         // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two), each
-        // tile's copy waited for by warpgroup 0 on its own mbarrier (U and gl only after W S).
+        // tile's copy waited for by warpgroup 0 on its own mbarrier (U and gl only after W S), and
+        // the chunk-start states from St (warpgroup 0 wrote them from its fragments until session
+        // 22).
         if (pf && nc > 1) prefetch_chunk(c0 + 1);
         if (nc > 0) {
             issue_k(c0);
@@ -837,6 +785,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 issue_w(ci + 1);
                 cake_mbar_wait(mbEmptyUG, i & 1);
                 issue_ug(ci + 1);
+            }
+            // chunk i's start state out once the next chunk's W, U and gl are on their way (so the
+            // chain does not wait for them), before Kd^T of chunk i+2 (not needed before then)
+            if (states_out != nullptr) {
+                cake_mbar_wait(mbFullS, i & 1);  // S^T(i) stored by warpgroup 0
+                write_states(reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES);
+                if (i + 1 < nc) cake_mbar_arrive(mbEmptyS);
             }
             if (i + 2 < nc) {  // Kd^T of chunk i+2, into chunk i's buffer once its product is done
                 cake_bar_sync((i & 1) ? kEmptyK1 : kEmptyK0, 256);

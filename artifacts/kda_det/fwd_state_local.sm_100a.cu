@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:65458f4ce1de5b468d56e6b88c34851bbc2250ae86e1796c0b5e83ac4fc808dc
+// identity: sha256:15464e099bda37e65436ed12a473b5a4da63ef4218877d5e4e23c55b4c16b796
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:57d80eb9b29d205b503caf87caeb7115fb71ec75eb26f5733683bc85ef14c233
+// identity: sha256:89eafbfa83651f016373dbf2b0dc9eb434f8aa5bb67b160ab8583e78befff9c4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

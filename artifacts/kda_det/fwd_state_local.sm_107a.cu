@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:054fce9e11d8fc06462dee11dfbc59a8fc5994cdeaaacdb9042ae112d4a93561
+// identity: sha256:19c7c6d5a8544d0fd396059970d2a2996213b9b5db697f67ce783ae9d8e637d4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

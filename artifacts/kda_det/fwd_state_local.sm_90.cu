@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:aa24523b58ac6e246da3687610be87d96b1d0b3ccbd01830763aa2e7fb6fd11c
+// identity: sha256:42eccddd7fa74d87acaca494be3acd46ae44af3a99041c07888f382d63ea40b2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
