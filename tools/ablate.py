@@ -509,7 +509,10 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
         "nota": [("if (TA_out != nullptr) {", "if (false) {")],
     },
-    "fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a": FWD_CHUNK_STORES,
+    "fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a": {
+        **FWD_CHUNK_STORES,
+        "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
+    },
     "bwd_state.sm_90a": {
         "noload": NO_LOAD,
         "nostates": BWD_NO_STATES,
@@ -710,6 +713,10 @@ def compile_variant(out: Path, name: str, tag: str, source: str) -> None:
 
 def build(out: Path, only: list[str] | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    known = {n for n in ABLATIONS} | {f"{n}:{ab}" for n, abs_ in ABLATIONS.items() for ab in [*abs_, "same"]}
+    unknown = sorted(set(only or []) - known)
+    if unknown:
+        raise SystemExit(f"ablate build: no such program or ablation: {', '.join(unknown)}")
     for name, ablations in ABLATIONS.items():
         chosen = [ab for ab in ablations if not only or f"{name}:{ab}" in only or name in only]
         if not chosen and f"{name}:same" not in (only or []):
