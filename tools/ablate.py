@@ -51,6 +51,10 @@ _ST_COPY = "const bool st_copy = !kLocal || states_out != nullptr;"
 _LOCAL_WRITE = (
     "            if (states_out != nullptr) {\n                cake_mbar_wait(mbFullS, i & 1);"
 )
+# (the call also stands in fwd_state's own warpgroup 1 branch, dead in the local program)
+_LOCAL_WRITE_CALL = "write_states(reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES);"
+_ST_FENCE = "cake_fence_proxy_async();\n                    cake_mbar_arrive(mbFullS);"
+_LOCAL_ST_STORE = "St[cake_wg_idx<64>(row_of(x), 64 * hf + pcol(x))] ="
 LOCAL_NO_STATES = [
     (_ST_COPY, "const bool st_copy = !kLocal;"),
     (_LOCAL_WRITE, _LOCAL_WRITE.replace("if (states_out != nullptr)", "if (false)")),
@@ -364,8 +368,43 @@ FWD_CHUNK_STORES = {
         )
     ],
 }
+# The bytes of 16-bit chunk tiles (docs/wgmma-plan.md, "byte diet"): half of each of Qg and Aqk
+# ("qa"), or of W, Kd, Qg and Aqk ("4"), stored / copied / loaded; no conversion work counted.
+_QG_ST = "cake_st_global_v4(out + out_qg(r, 4 * c4), y);"
+_AQK_ST = "cake_st_global_v4(aout + out_aqk(r, 4 * c4), y);"
+_KD_ST = "cake_st_global_v4(kout + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));"
+_W_ST = (
+    "*reinterpret_cast<float2*>(out + mi * step16) = make_float2(x.x, x.y);\n"
+    "                *reinterpret_cast<float2*>(out + mi * step16 + step8) = make_float2(x.z, x.w);"
+)
+_CHUNK_HALF_QA = [(_QG_ST, "if (c4 < 16) " + _QG_ST), (_AQK_ST, "if (c4 < 8) " + _AQK_ST)]
+_CHUNK_HALF_4 = _CHUNK_HALF_QA + [
+    (_KD_ST, "if (d < 64) " + _KD_ST),
+    (_W_ST, "if (!isW || mi < 2) {" + _W_ST + "}"),
+]
+_STATE_QA = [
+    ("Qg + ((long long)ci * H + h) * 8192, 32768", "Qg + ((long long)ci * H + h) * 8192, 16384"),
+    ("Aqk + ((long long)ci * H + h) * 4096, 16384", "Aqk + ((long long)ci * H + h) * 4096, 8192"),
+]
+_STATE_WK = [
+    ("W + ((long long)ci * H + h) * 8192, 32768", "W + ((long long)ci * H + h) * 8192, 16384"),
+    ("Kd + ((long long)ci * H + h) * 8192, 32768", "Kd + ((long long)ci * H + h) * 8192, 16384"),
+]
+_BS_QG = "cake_cp_async16(Qs + sQ + sj, Qg + base + gI + gj, 16);"
+_BS_W = "cake_cp_async16(Ws + sW + sj, W + base + gI + gj, 16);"
+_BS_AQK = "cake_cp_async16(As + sA + 2048 * (j & 1) + 32 * (j >> 1),"
+_BS_KD = "cake_cp_async16(Ks + sKd + 2048 * (j & 3) + 32 * (j >> 2),"
+_BSTATE_QA = [(_BS_QG, "if (j < 4) " + _BS_QG), (_BS_AQK, "if (j < 2) " + _BS_AQK)]
+_BSTATE_4 = _BSTATE_QA + [(_BS_W, "if (j < 4) " + _BS_W), (_BS_KD, "if (j < 4) " + _BS_KD)]
+# the local program's states writer without its global stores (H >= 0 always, which the compiler
+# cannot know; fwd_state's is wg1sink)
+_REC_ST = "*reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) ="
+_REC_E = "if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;"
+NO_STATES_STG = [(_REC_ST, "if (H < 0) " + _REC_ST), (_REC_E, "if (H < 0) " + _REC_E)]
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
+        "halfqa": _STATE_QA,
+        "half4": _STATE_QA + _STATE_WK,
         "noprecise": NO_PRECISE,
         "noload": NO_LOAD,
         "nostates": NO_STATES,
@@ -452,6 +491,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
     },
     "fwd_chunk.gate-g.l2n-off.sm_90a": {
+        "halfqa": _CHUNK_HALF_QA,
+        "half4": _CHUNK_HALF_4,
         **FWD_CHUNK_STORES,
         # every block reads its head's first chunk (L2 hits); G_out still goes to its own rows
         "noload": [
@@ -512,8 +553,12 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a": {
         **FWD_CHUNK_STORES,
         "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
+        "halfqa": _CHUNK_HALF_QA,
+        "half4": _CHUNK_HALF_4,
     },
     "bwd_state.sm_90a": {
+        "halfqa": _BSTATE_QA,
+        "half4": _BSTATE_4,
         "noload": NO_LOAD,
         "nostates": BWD_NO_STATES,
         "nodvn": BWD_NO_DVN,
@@ -564,9 +609,16 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     # the precise chain (TF32 hi + lo of S and Vnew) of the rows of split sequences: its cost
     "fwd_state_local.sm_90a": {  # kda_cp only: the local passes
-        # the chain's own states writer (warpgroup 0, from its A fragments): what moving it to
-        # warpgroup 1 (as fwd_state's, session 21) could take at most
+        "nostg": NO_STATES_STG,
+        "half4": _STATE_WK,
+        # the states altogether (no St copy on the chain, no writer on warpgroup 1)
         "nostates": LOCAL_NO_STATES,
+        # the states' parts apart: warpgroup 1 writes nothing (the chain still stores St and waits
+        # for its release), or the chain stores no St (warpgroup 1 writes what St holds)
+        "nostwrite": [(_LOCAL_WRITE_CALL, "(void)0;")],
+        "nostst": [(_LOCAL_ST_STORE, "if (0) " + _LOCAL_ST_STORE)],
+        # St's proxy fence (warpgroup 1 reads it with ordinary loads only in the local program)
+        "nostfence": [(_ST_FENCE, _ST_FENCE.replace("cake_fence_proxy_async();", ""))],
         "noprecise": NO_PRECISE,
         "nopf": NO_PREFETCH,
     },
@@ -713,7 +765,9 @@ def compile_variant(out: Path, name: str, tag: str, source: str) -> None:
 
 def build(out: Path, only: list[str] | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    known = {n for n in ABLATIONS} | {f"{n}:{ab}" for n, abs_ in ABLATIONS.items() for ab in [*abs_, "same"]}
+    known = {n for n in ABLATIONS} | {
+        f"{n}:{ab}" for n, abs_ in ABLATIONS.items() for ab in [*abs_, "same"]
+    }
     unknown = sorted(set(only or []) - known)
     if unknown:
         raise SystemExit(f"ablate build: no such program or ablation: {', '.join(unknown)}")
