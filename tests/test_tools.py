@@ -188,3 +188,17 @@ def test_ablate_build_adds_the_control_to_any_chosen_ablation(monkeypatch, tmp_p
     built.clear()
     ablate.build(tmp_path, ["bwd_state.sm_90a:same"])
     assert built == ["bwd_state.sm_90a:same"]
+
+
+def test_ablate_build_refuses_a_name_it_does_not_know(monkeypatch, tmp_path):
+    import ablate
+
+    built: list[str] = []
+    monkeypatch.setattr(ablate, "program_source", lambda root, name: "src")
+    monkeypatch.setattr(ablate, "apply", lambda src, patches: src)
+    monkeypatch.setattr(
+        ablate, "compile_variant", lambda out, name, tag, src: built.append(f"{name}:{tag}")
+    )
+    with pytest.raises(SystemExit, match="fwd_state.sm_90a:nosuch"):
+        ablate.build(tmp_path, ["fwd_state.sm_90a:nokd", "fwd_state.sm_90a:nosuch"])
+    assert built == []  # nothing built before the check
