@@ -401,6 +401,27 @@ _BSTATE_4 = _BSTATE_QA + [(_BS_W, "if (j < 4) " + _BS_W), (_BS_KD, "if (j < 4) "
 _REC_ST = "*reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) ="
 _REC_E = "if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;"
 NO_STATES_STG = [(_REC_ST, "if (H < 0) " + _REC_ST), (_REC_E, "if (H < 0) " + _REC_E)]
+# The local program's warpgroup 1 split in two roles (timing only: warp 7's quarter of the states
+# is not stored): wsplit0 leaves everything else as shipped; wsplit makes warp 7 the copy issuer,
+# alone at the chain's buffer-free barriers, so the copies of the next chunks never wait for the
+# states' stores of warps 4-6.
+_WQ_STORES = [
+    (_REC_ST, "if (wq != 3) " + _REC_ST),
+    ("if (p == 0) rec[CAKE_S16_EXP", "if (p == 0 && wq != 3) rec[CAKE_S16_EXP"),
+]
+_WSPLIT = _WQ_STORES + [
+    ("const bool issuer = tw == 0;", "const bool issuer = tw == 96;"),
+    ("cake_bar_sync(kEmptyW, 256);", "if (wq == 3) cake_bar_sync(kEmptyW, 160);"),
+    (
+        "cake_bar_sync((i & 1) ? kEmptyK1 : kEmptyK0, 256);",
+        "if (wq == 3) cake_bar_sync((i & 1) ? kEmptyK1 : kEmptyK0, 160);",
+    ),
+    ("cake_bar_arrive(kEmptyW, 256)", "cake_bar_arrive(kEmptyW, 160)"),
+    (
+        "cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256)",
+        "cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 160)",
+    ),
+]
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
         "halfqa": _STATE_QA,
@@ -609,6 +630,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     # the precise chain (TF32 hi + lo of S and Vnew) of the rows of split sequences: its cost
     "fwd_state_local.sm_90a": {  # kda_cp only: the local passes
+        "wsplit0": _WQ_STORES,
+        "wsplit": _WSPLIT,
         "nostg": NO_STATES_STG,
         "half4": _STATE_WK,
         # the states altogether (no St copy on the chain, no writer on warpgroup 1)
