@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:e97e2edb5520d680ebc7dcc56e4dca382e264ae0234fa88b447fb59982a10b91
+// identity: sha256:c8eb393768ad900cbdea6a3b12cf868cec2b5914697f06b0f7e10b1eab106073
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -552,26 +552,41 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // they were ~500 of the program's ~7 000 SASS instructions that run, and the whole
         // program's hot code has to stay within the SM's instruction cache (docs/kernel-notes.md,
         // session 6).
+        // Each thread copies the same rows and 16-byte piece of every tile, a constant apart: rows
+        // r + 16 and r + 32 keep the swizzles (sw_bf16, swz depend on r's low 4 bits), so every
+        // copy's addresses are the thread's first ones plus a constant (the index arithmetic of
+        // each copy was ~80 % of phase 0's instructions).
+        {
+            const int r0 = tid >> 4, ch = tid & 15;  // bf16 tiles and TA: rows r0, r0 + 32
+            const bool ok0 = r0 < L, ok1 = r0 + 32 < L;
+            const long long o0 = in_base + (long long)r0 * tok_stride + ch * 8, o1 = o0 + 32 * tok_stride;
+            const int d0 = at_bf16(r0, 2 * ch);
 #pragma unroll 1
-        for (int i = 0; i < 8; ++i) {
-            const int idx = tid + 512 * i;
-            const int which = idx >> 10, r = (idx >> 4) & 63, ch = idx & 15;
-            const bool ok = r < L;
-            const unsigned short* src = (which == 0 ? q : which == 1 ? k : which == 2 ? v : dout) +
-                                        in_base + (ok ? (long long)r * tok_stride + ch * 8 : 0);
-            unsigned short* dst = which == 0 ? qs : which == 1 ? ks : which == 2 ? vs : os;
-            cake_cp_async16(dst + at_bf16(r, 2 * ch), src, ok ? 16 : 0);
+            for (int i = 0; i < 8; ++i) {
+                const int which = i >> 1, hf = i & 1;
+                const bool ok = hf ? ok1 : ok0;
+                const unsigned short* src = (which == 0 ? q : which == 1 ? k : which == 2 ? v : dout) +
+                                            (ok ? (hf ? o1 : o0) : in_base);
+                unsigned short* dst = which == 0 ? qs : which == 1 ? ks : which == 2 ? vs : os;
+                cake_cp_async16(dst + d0 + 4096 * hf, src, ok ? 16 : 0);
+            }
+            const float* ta = TA + ws * 4096 + r0 * 64 + 4 * ch;
+            const int t0f = fx<64>(r0, 4 * ch);
+#pragma unroll 1
+            for (int i = 0; i < 4; ++i) {
+                const int hf = i & 1;
+                cake_cp_async16((i >> 1 ? AK : TT) + t0f + 2048 * hf, ta + 2048 * hf, 16);
+            }
         }
+        {
+            const int r0 = tid >> 5, c4 = tid & 31;  // dVn: rows r0 + 16 i
+            const float* dv = dVn + ws * 8192;
+            const int f0 = fx<128>(r0, 4 * c4), s0 = r0 * 128 + 4 * c4;
 #pragma unroll 1
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + 512 * i, r = idx >> 5, c4 = idx & 31;
-            const bool ok = r < L;
-            cake_cp_async16(RC + fx<128>(r, 4 * c4), dVn + ws * 8192 + (ok ? r * 128 + 4 * c4 : 0), ok ? 16 : 0);
-        }
-#pragma unroll 1
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + 512 * i, which = idx >> 10, r = (idx >> 4) & 63, c4 = idx & 15;
-            cake_cp_async16((which ? AK : TT) + fx<64>(r, 4 * c4), TA + ws * 4096 + r * 64 + 4 * c4, 16);
+            for (int i = 0; i < 4; ++i) {
+                const bool ok = r0 + 16 * i < L;
+                cake_cp_async16(RC + f0 + 2048 * i, dv + (ok ? s0 + 2048 * i : 0), ok ? 16 : 0);
+            }
         }
         // The forward's L2-norm reciprocals (rq, rk adjacent), the same bits it used.
         if (kL2Norm && tid < 32) cake_cp_async16(rq + 4 * tid, Rn + ws * 128 + 4 * tid, 16);
