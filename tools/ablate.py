@@ -687,12 +687,16 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "    const long long rd_base = (long long)h * 128, rws = (long long)h;",
             ),
             (
-                "in_base + (ok ? (long long)r * tok_stride + ch * 8",
-                "rd_base + (ok ? (long long)r * tok_stride + ch * 8",
+                "const long long o0 = in_base + (long long)r0 * tok_stride",
+                "const long long o0 = rd_base + (long long)r0 * tok_stride",
             ),
             (
-                "G + in_base + (long long)rs * tok_stride",
-                "G + rd_base + (long long)rs * tok_stride",
+                "G + in_base + (long long)gr0 * tok_stride",
+                "G + rd_base + (long long)gr0 * tok_stride",
+            ),
+            (
+                "G + in_base + (long long)(L - 1) * tok_stride",
+                "G + rd_base + (long long)(L - 1) * tok_stride",
             ),
         ]
         + [
