@@ -396,17 +396,19 @@ _BS_AQK = "cake_cp_async16(As + sA + 2048 * (j & 1) + 32 * (j >> 1),"
 _BS_KD = "cake_cp_async16(Ks + sKd + 2048 * (j & 3) + 32 * (j >> 2),"
 _BSTATE_QA = [(_BS_QG, "if (j < 4) " + _BS_QG), (_BS_AQK, "if (j < 2) " + _BS_AQK)]
 _BSTATE_4 = _BSTATE_QA + [(_BS_W, "if (j < 4) " + _BS_W), (_BS_KD, "if (j < 4) " + _BS_KD)]
-# the local program's states writer without its global stores (H >= 0 always, which the compiler
-# cannot know; fwd_state's is wg1sink)
-_REC_ST = "*reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) ="
-_REC_E = "if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;"
-NO_STATES_STG = [(_REC_ST, "if (H < 0) " + _REC_ST), (_REC_E, "if (H < 0) " + _REC_E)]
+# The states writer with its global stores guarded off (H >= 0 always, which the compiler cannot
+# know). The guard can let ptxas sink the writer's work into the untaken branch, so this bounds
+# the stores and the work together (fwd_state's wg1sink keeps the work).
+_WG1_NO_STORE = [
+    (_WG1_STORE, "if (H < 0) " + _WG1_STORE),
+    ("if (p == 0) rec[CAKE_S16_EXP", "if (p == 0 && H < 0) rec[CAKE_S16_EXP"),
+]
 # The local program's warpgroup 1 split in two roles (timing only: warp 7's quarter of the states
 # is not stored): wsplit0 leaves everything else as shipped; wsplit makes warp 7 the copy issuer,
 # alone at the chain's buffer-free barriers, so the copies of the next chunks never wait for the
 # states' stores of warps 4-6.
 _WQ_STORES = [
-    (_REC_ST, "if (wq != 3) " + _REC_ST),
+    (_WG1_STORE, "if (wq != 3) " + _WG1_STORE),
     ("if (p == 0) rec[CAKE_S16_EXP", "if (p == 0 && wq != 3) rec[CAKE_S16_EXP"),
 ]
 _WSPLIT = _WQ_STORES + [
@@ -480,10 +482,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 ' :: "r"(cake_smem_addr(mbEmptyS)) : "memory");\n',
             )
         ],
-        "wg1nostore": [
-            (_WG1_STORE, "if (H < 0) " + _WG1_STORE),
-            ("if (p == 0) rec[CAKE_S16_EXP", "if (p == 0 && H < 0) rec[CAKE_S16_EXP"),
-        ],
+        "wg1nostore": _WG1_NO_STORE,
         # o's stores alone (warpgroup 1's products kept: t0 >= 0 is not known to the compiler)
         "noostore": [(_O_STORE, _O_STORE.replace("if (r < L)", "if (r < L && t0 < 0)"))],
         "nowgmma": NO_WGMMA,
@@ -632,7 +631,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state_local.sm_90a": {  # kda_cp only: the local passes
         "wsplit0": _WQ_STORES,
         "wsplit": _WSPLIT,
-        "nostg": NO_STATES_STG,
+        "nostg": _WG1_NO_STORE,
         "half4": _STATE_WK,
         # the states altogether (no St copy on the chain, no writer on warpgroup 1)
         "nostates": LOCAL_NO_STATES,
@@ -792,7 +791,7 @@ def compile_variant(out: Path, name: str, tag: str, source: str) -> None:
 
 def build(out: Path, only: list[str] | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    known = {n for n in ABLATIONS} | {
+    known = set(ABLATIONS) | {
         f"{n}:{ab}" for n, abs_ in ABLATIONS.items() for ab in [*abs_, "same"]
     }
     unknown = sorted(set(only or []) - known)
