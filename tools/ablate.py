@@ -234,14 +234,14 @@ _HALF_WARPS = {
 _BULK_LOOPS = {
     "no3a": [
         (
-            "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 4; ++k2) {",
-            "2 * t + 1);\n#pragma unroll 1\n        for (int k2 = 0; k2 < 0; ++k2) {",
+            "XOR 16 kp\n#pragma unroll 1\n        for (int k2 = 0; k2 < 4; ++k2) {",
+            "XOR 16 kp\n#pragma unroll 1\n        for (int k2 = 0; k2 < 0; ++k2) {",
         )
     ],
     "no3b": [
         (
-            "for (int kp = 0; kp < 8; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
-            "for (int kp = 0; kp < 0; ++kp) {\n            const int d0 = 16 * kp + 4 * t;",
+            "for (int kp = 0; kp < 8; ++kp) {\n            const float4 ka = ld4_bf16_at(ks",
+            "for (int kp = 0; kp < 0; ++kp) {\n            const float4 ka = ld4_bf16_at(ks",
         )
     ],
     "no4": [
@@ -715,13 +715,9 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "const float* src = dS_end + ws * 16384 + d * 128",
                 "const float* src = dS_end + ws * 16384 + (d & 63) * 128",
             ),
-            (
-                "dS_end + ws * 16384 + d * 128 + 4 * c4, 16);",
-                "dS_end + ws * 16384 + (d & 63) * 128 + 4 * c4, 16);",
-            ),
-            (
-                "dS_end + ws * 16384 + d * 128 + 64 + 4 * c4, 16);",
-                "dS_end + ws * 16384 + (d & 63) * 128 + 64 + 4 * c4, 16);",
+            (  # both copies (value columns 0..63, 64..127): copy i's rows are (tid >> 4) + 32 i
+                "cake_cp_async16(dst + 2048 * i, src + 4096 * i, 16);",
+                "cake_cp_async16(dst + 2048 * i, src + 4096 * (i & 1), 16);",
             ),
         ],
         # the mma k-loops of one phase each (the per-element work around them stays)

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:b708794668776881c04fa285222cf0ffdb73252aa33e759149ed40a2b210b34b
+// identity: sha256:bfeacc5c60bb4d78fb9cb39b429c4dc8a346f577514611b815090f8324879852
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -332,22 +332,37 @@ __device__ __forceinline__ int px_chunk(int r, int c) { return px_pair(r) * 256 
 // bf16 [64][128] tiles (q, k, v, dO): kda_fwd_chunk's layout, u = 4-element unit (0..31).
 __device__ __forceinline__ int sw_bf16(int r) { return ((r ^ (r >> 2)) & 3) << 2; }
 __device__ __forceinline__ int at_bf16(int r, int u) { return r * 128 + ((u ^ sw_bf16(r)) << 2); }
-__device__ __forceinline__ float4 ld4_bf16(const unsigned short* s, int r, int u) {
-    const uint2 p = *reinterpret_cast<const uint2*>(s + at_bf16(r, u));
-    return make_float4(cake_bf16_lo(p.x), cake_bf16_hi(p.x), cake_bf16_lo(p.y), cake_bf16_hi(p.y));
-}
 __device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d) {
     return cake_bf16_to_f32(s[at_bf16(r, d >> 2) + (d & 3)]);
 }
-// Elements (r, d) and (r, d + 1), d even: one 32-bit load where ld1_bf16 twice took two.
-__device__ __forceinline__ float2 ld2_bf16(const unsigned short* s, int r, int d) {
-    const unsigned int p = *reinterpret_cast<const unsigned int*>(s + at_bf16(r, d >> 2) + (d & 3));
+
+// A thread's accumulator elements (rows i0 + 8 h, columns 32 cq + 8 m + 2 t + x; e = 2 h + x) as
+// offsets from one base per tile, so that an epilogue computes no swizzle: column block m flips
+// chunk bits 1-2 (offset bits 3-4), row + 8 adds 8 rows and flips swz's bit 2 (fp32: offset bit 4)
+// or sw_bf16's bit 3 (bf16: offset bit 5). fp32 W-wide: base fx<W>(i0, 32 cq + 2 t); any other row
+// r (h = 0) from its own base fx<W>(r, 32 cq + 2 t). bf16: base at_bf16(i0, 8 cq + (t >> 1)) + 2 (t & 1).
+// k-loops likewise: at_bf16(r, 4 kp + t) = at_bf16(r, t) ^ 16 kp and fx<W>(r, 16 kp + 4 t) =
+// fx<W>(r, 4 t) ^ 16 kp (kp's bits lie above both swizzles' and t's).
+template <int W = 128>
+__device__ __forceinline__ int fx_el(int base, int m, int e) {
+    return ((base ^ (8 * m) ^ (16 * (e >> 1))) + 8 * W * (e >> 1)) + (e & 1);
+}
+__device__ __forceinline__ int bf_base(int r, int cq, int t) { return at_bf16(r, 8 * cq + (t >> 1)) + 2 * (t & 1); }
+__device__ __forceinline__ int bf_el(int base, int m, int h) { return (base ^ (8 * m) ^ (32 * h)) + 1024 * h; }
+// Elements (r, d) and (r, d + 1), d even, at offset off of (r, d): one 32-bit load.
+__device__ __forceinline__ float2 ld2_bf16_at(const unsigned short* s, int off) {
+    const unsigned int p = *reinterpret_cast<const unsigned int*>(s + off);
     return make_float2(cake_bf16_lo(p), cake_bf16_hi(p));
 }
-// An accumulator's four elements e = 0..3: (i0, d), (i0, d + 1), (i1, d), (i1, d + 1), d even.
-__device__ __forceinline__ float4 ldq_bf16(const unsigned short* s, int i0, int i1, int d) {
-    const float2 a = ld2_bf16(s, i0, d), b = ld2_bf16(s, i1, d);
+// An accumulator's four elements e = 0..3 of column block m: (i0, d), (i0, d + 1), (i1, d), (i1, d + 1).
+__device__ __forceinline__ float4 ldq_bf16_el(const unsigned short* s, int base, int m) {
+    const float2 a = ld2_bf16_at(s, bf_el(base, m, 0)), b = ld2_bf16_at(s, bf_el(base, m, 1));
     return make_float4(a.x, a.y, b.x, b.y);
+}
+// Unit (r, u) (four elements) at offset off = at_bf16(r, u).
+__device__ __forceinline__ float4 ld4_bf16_at(const unsigned short* s, int off) {
+    const uint2 p = *reinterpret_cast<const uint2*>(s + off);
+    return make_float4(cake_bf16_lo(p.x), cake_bf16_hi(p.x), cake_bf16_lo(p.y), cake_bf16_hi(p.y));
 }
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
@@ -599,12 +614,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // 2026-11-29).
     {
         CAKE_REIDX;
+        const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const int col = 32 * cq + 8 * ni + 2 * t;
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx<128>(i0, col));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx<128>(i1, col));
+            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
+            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
@@ -633,7 +648,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             const int col = 32 * cq + 8 * ni + 2 * t;
-            const float2 va = ld2_bf16(vs, i0, col), vb = ld2_bf16(vs, i1, col);
+            const float2 va = ld2_bf16_at(vs, bf_el(be, ni, 0)), vb = ld2_bf16_at(vs, bf_el(be, ni, 1));
             db0 = fmaf(va.x, acc[ni][0], db0); db0 = fmaf(va.y, acc[ni][1], db0);
             db1 = fmaf(vb.x, acc[ni][2], db1); db1 = fmaf(vb.y, acc[ni][3], db1);
             if (i0 < L)
@@ -645,10 +660,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
         cake_cp_async_wait<0>();  // S_c (issued in phase 0: landed by now)
         __syncthreads();  // every read of dVn done; every thread's copies of S_c landed
+        const int pe = px_chunk(i0, 16 * cq + t);  // column block ni: chunk bits 2-3
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const int col = 32 * cq + 8 * ni + 2 * t;
-            *reinterpret_cast<float4*>(RC + px_chunk(i0, col >> 1)) =
+            *reinterpret_cast<float4*>(RC + (pe ^ (16 * ni))) =
                 make_float4(rtf32(acc[ni][0]), rtf32(acc[ni][2]), rtf32(acc[ni][1]), rtf32(acc[ni][3]));
         }
     }
@@ -664,12 +679,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         const unsigned char* sh = reinterpret_cast<const unsigned char*>(RD + 8192);
         const int c = lane & 15, grp = c >> 1, col = 16 * grp + 4 * (c & 1);
         const int r0 = 8 * (warp >> 1) + 2 * (warp & 1) + ((lane >> 4) << 2);
-        auto out = [&](int d, uint4 p) {
+        auto out = [&](int d, uint4 p) {  // columns col + 8: chunk bit 1 (col's is 0)
             const float f = cake_s16_up(SE[grp * 128 + d]);
             const float2 a = cake_f16x2_to_f32(p.x), b = cake_f16x2_to_f32(p.y);
             const float2 e = cake_f16x2_to_f32(p.z), h = cake_f16x2_to_f32(p.w);
-            *reinterpret_cast<float4*>(RD + fx<128>(d, col)) = make_float4(a.x * f, b.x * f, e.x * f, h.x * f);
-            *reinterpret_cast<float4*>(RD + fx<128>(d, col + 8)) = make_float4(a.y * f, b.y * f, e.y * f, h.y * f);
+            const int o = fx<128>(d, col);
+            *reinterpret_cast<float4*>(RD + o) = make_float4(a.x * f, b.x * f, e.x * f, h.x * f);
+            *reinterpret_cast<float4*>(RD + (o ^ 8)) = make_float4(a.y * f, b.y * f, e.y * f, h.y * f);
         };
         uint4 late[2];
 #pragma unroll
@@ -695,12 +711,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // chunks 8 kp + 2 t (+ 1) of pair row i0: + 32 kp (the XOR with 5 (g & 1) keeps bit 3 up)
         const float* yq0 = RC + px_chunk(i0, 2 * t);
         const float* yq1 = RC + px_chunk(i0, 2 * t + 1);
+        const int o0 = at_bf16(i0, t), o1 = at_bf16(i1, t);  // units 4 kp + t: XOR 16 kp
 #pragma unroll 1
         for (int k2 = 0; k2 < 4; ++k2) {
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int kp = 2 * k2 + j;
-                const float4 olo = ld4_bf16(os, i0, 4 * kp + t), ohi = ld4_bf16(os, i1, 4 * kp + t);
+                const float4 olo = ld4_bf16_at(os, o0 ^ (16 * kp)), ohi = ld4_bf16_at(os, o1 ^ (16 * kp));
                 const float4 y0 = *reinterpret_cast<const float4*>(yq0 + 32 * kp);
                 const float4 y1 = *reinterpret_cast<const float4*>(yq1 + 32 * kp);
 #pragma unroll
@@ -713,14 +730,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
         const float b0 = bs[i0], b1 = bs[i1];
+        const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             cake_sched_fence();
-            const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * ni + 2 * t);
+            const float4 k4 = ldq_bf16_el(ks, be, ni);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
-                const float eg = cake_ex2(gs[fx<128>(i, d)]);
+                const float eg = cake_ex2(gs[fx_el(fe, ni, e)]);
                 const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
                 const float kg = kn * eg;
                 const float dqa = scale * eg * aO[ni][e];
@@ -736,10 +753,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     float X[4][4];
     {
         CAKE_REIDX;
+        const int be = bf_base(i0, cq, t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const int col = 32 * cq + 8 * ni + 2 * t;
-            const float4 v4 = ldq_bf16(vs, i0, i1, col);
+            const float4 v4 = ldq_bf16_el(vs, be, ni);
             X[ni][0] = v4.x; X[ni][1] = v4.y; X[ni][2] = v4.z; X[ni][3] = v4.w;
         }
         const float rk0 = rkf(i0), rk1 = rkf(i1);
@@ -748,11 +765,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
             for (int par = 0; par < 2; ++par) bq[ni][par] = tg_col(128, t, 32 * cq + 8 * ni + g, par);
+        // units 4 kp + t of rows i0, i1 (bf16), columns 16 kp + 4 t (fp32): XOR 16 kp
+        const int o0 = at_bf16(i0, t), o1 = at_bf16(i1, t), f0 = fx<128>(i0, 4 * t), f1 = fx<128>(i1, 4 * t);
 #pragma unroll 2
         for (int kp = 0; kp < 8; ++kp) {
-            const int d0 = 16 * kp + 4 * t;
-            const float4 ka = ld4_bf16(ks, i0, 4 * kp + t), kb = ld4_bf16(ks, i1, 4 * kp + t);
-            const float4 ga = ldf4(gs, fx<128>(i0, d0)), gb = ldf4(gs, fx<128>(i1, d0));
+            const float4 ka = ld4_bf16_at(ks, o0 ^ (16 * kp)), kb = ld4_bf16_at(ks, o1 ^ (16 * kp));
+            const float4 ga = ldf4(gs, f0 ^ (16 * kp)), gb = ldf4(gs, f1 ^ (16 * kp));
             float4 alo, ahi;  // -Kg, TF32
             alo.x = -rtf32(ka.x * rk0 * cake_ex2(ga.x)); alo.y = -rtf32(ka.y * rk0 * cake_ex2(ga.y));
             alo.z = -rtf32(ka.z * rk0 * cake_ex2(ga.z)); alo.w = -rtf32(ka.w * rk0 * cake_ex2(ga.w));
@@ -768,11 +786,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     {
         const int d = tid >> 2, part = tid & 3;
         const float* src = dS_end + ws * 16384 + d * 128 + 32 * part;
+        const int f = fx<128>(d, 32 * part);  // chunk 8 part + m: XOR 4 m
         float s = 0.f;
 #pragma unroll
         for (int m = 0; m < 8; ++m) {
             const float4 a = *reinterpret_cast<const float4*>(src + 4 * m);
-            const float4 sv = ldf4(RD, fx<128>(d, 32 * part + 4 * m));
+            const float4 sv = ldf4(RD, f ^ (4 * m));
             s = fmaf(sv.x, a.x, s); s = fmaf(sv.y, a.y, s); s = fmaf(sv.z, a.z, s); s = fmaf(sv.w, a.w, s);
         }
         s += __shfl_xor_sync(0xffffffffu, s, 1);
@@ -783,15 +802,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     if ((tid & 3) == 0) sc[SC_DGL + (tid >> 2)] = dgl;
     {
         CAKE_REIDX;
-        // beta X, transposed [v][j], TF32, into the first half of RD.
+        // beta X, transposed [v][j], TF32, into the first half of RD. Element (row 32 cq + 8 ni +
+        // 2 t + x, column i0 + 8 h) from one base: swz of the row is 4 ((ni ^ x) & 1) ^ 2 (t >> 1),
+        // column + 8 flips chunk bit 1.
         const float b0 = bs[i0], b1 = bs[i1];
+        const int xb = fx<64>(32 * cq + 2 * t, i0);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const int col = 32 * cq + 8 * ni + 2 * t;
-            RD[fx<64>(col, i0)] = rtf32(b0 * X[ni][0]);
-            RD[fx<64>(col + 1, i0)] = rtf32(b0 * X[ni][1]);
-            RD[fx<64>(col, i1)] = rtf32(b1 * X[ni][2]);
-            RD[fx<64>(col + 1, i1)] = rtf32(b1 * X[ni][3]);
+            const int o = 512 * ni, s0 = 16 * (ni & 1), s1 = 16 * ((ni & 1) ^ 1);
+            RD[(xb ^ s0) + o] = rtf32(b0 * X[ni][0]);
+            RD[(xb ^ s1) + o + 64] = rtf32(b0 * X[ni][1]);
+            RD[(xb ^ s0 ^ 8) + o] = rtf32(b1 * X[ni][2]);
+            RD[(xb ^ s1 ^ 8) + o + 64] = rtf32(b1 * X[ni][3]);
         }
     }
     __syncthreads();
@@ -800,30 +822,35 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         CAKE_REIDX;
         float acc[4][4];
         zero16(acc);
+        // columns 16 kp + 4 t: XOR 16 kp from the rows' offsets at kp = 0
+        const int a0 = fx<64>(i0, 4 * t), a1 = fx<64>(i1, 4 * t);
+        const FxRow bb = fx_row<64>(32 * cq + g, t);
         for (int kp = 0; kp <= rb; ++kp) {
             const int j0 = 16 * kp + 4 * t;
-            float4 alo = r4(ldf4(TT, fx<64>(i0, j0))), ahi = r4(ldf4(TT, fx<64>(i1, j0)));
+            float4 alo = r4(ldf4(TT, a0 ^ (16 * kp))), ahi = r4(ldf4(TT, a1 ^ (16 * kp)));
             if (kp == rb) {  // the diagonal block: T[i][j] for j <= i (TA holds Akk above)
                 alo = keep_upto(alo, j0, i0);
                 ahi = keep_upto(ahi, j0, i1);
             }
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni)
-                mma_k16(acc[ni], alo, ahi, ldf4(RD, fx<64>(32 * cq + 8 * ni + g, j0)));
+                mma_k16(acc[ni], alo, ahi, ldf4(RD, fx_at(fx_row_plus<64>(bb, ni), kp)));
         }
         __syncthreads();  // T and beta X dead
         float* Vn = RD + 8192;
+        const int fe = fx<128>(i0, 32 * cq + 2 * t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const int col = 32 * cq + 8 * ni + 2 * t;
-            *reinterpret_cast<float2*>(Vn + fx<128>(i0, col)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
-            *reinterpret_cast<float2*>(Vn + fx<128>(i1, col)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
+            *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 0)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
+            *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 2)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
         }
-        // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2).
+        // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2): copy i takes
+        // row (tid >> 4) + 32 i, whose swizzle is row tid >> 4's.
+        {
+            float* dst = RD + fx<64>(tid >> 4, 4 * (tid & 15));
+            const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 4 * (tid & 15);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + 512 * i, d = idx >> 4, c4 = idx & 15;
-            cake_cp_async16(RD + fx<64>(d, 4 * c4), dS_end + ws * 16384 + d * 128 + 4 * c4, 16);
+            for (int i = 0; i < 4; ++i) cake_cp_async16(dst + 2048 * i, src + 4096 * i, 16);
         }
         cake_cp_async_commit();
     }
@@ -856,8 +883,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
         };
         if (which == 0) {
+            const int o0 = at_bf16(i0, t), o1 = at_bf16(i1, t);  // units 4 kp + t: XOR 16 kp
             product([&](int kp, float4& q0, float4& q1) {
-                const float4 alo = ld4_bf16(os, i0, 4 * kp + t), ahi = ld4_bf16(os, i1, 4 * kp + t);
+                const float4 alo = ld4_bf16_at(os, o0 ^ (16 * kp)), ahi = ld4_bf16_at(os, o1 ^ (16 * kp));
                 q0 = make_float4(alo.x, ahi.x, alo.y, ahi.y);
                 q1 = make_float4(alo.z, ahi.z, alo.w, ahi.w);
             });
@@ -869,32 +897,35 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 q1 = *reinterpret_cast<const float4*>(yq1 + 32 * kp);
             });
         }
+        const int fa = fx<64>(i0, jb + 2 * t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             if (ni >= nact) continue;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = e < 2 ? i0 : i1, j = jb + 8 * ni + 2 * t + (e & 1);
+                const int i = e < 2 ? i0 : i1, j = jb + 8 * ni + 2 * t + (e & 1), o = fx_el<64>(fa, ni, e);
                 if (which == 0) {
-                    TT[fx<64>(i, j)] = j <= i ? scale * acc[ni][e] : 0.f;
+                    TT[o] = j <= i ? scale * acc[ni][e] : 0.f;
                 } else {
                     const float dm = j < i ? -acc[ni][e] : 0.f;
-                    if (j < i) {  // Akk[i][j] is TA's (63 - i, 63 - j), above the diagonal: only read here
-                        const float akk = AK[fx<64>(63 - i, 63 - j)];
+                    if (j < i) {  // Akk[i][j] is TA's (63 - i, 63 - j), above the diagonal: only read
+                        // here; fx<64>(63 - i, 63 - j) = fx<64>(i, j) ^ 4087 (row and chunk mirrored)
+                        const float akk = AK[o ^ 4087];
                         if (e < 2) db0 = fmaf(dm, akk, db0);
                         else db1 = fmaf(dm, akk, db1);
-                        AK[fx<64>(i, j)] = bs[i] * dm;
+                        AK[o] = bs[i] * dm;
                     }
                 }
             }
         }
     }
     __syncthreads();  // Y dead; dA1 (TT), dA2 (AK) ready
-    // dS_end value columns 64..127 -> RC as [128 d][64 v] (group 3).
+    // dS_end value columns 64..127 -> RC as [128 d][64 v] (group 3), as group 2.
+    {
+        float* dst = RC + fx<64>(tid >> 4, 4 * (tid & 15));
+        const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 64 + 4 * (tid & 15);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int idx = tid + 512 * i, d = idx >> 4, c4 = idx & 15;
-        cake_cp_async16(RC + fx<64>(d, 4 * c4), dS_end + ws * 16384 + d * 128 + 64 + 4 * c4, 16);
+        for (int i = 0; i < 4; ++i) cake_cp_async16(dst + 2048 * i, src + 4096 * i, 16);
     }
     cake_cp_async_commit();
 
@@ -925,15 +956,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
+        const int fe = fx<128>(i0, 32 * cq + 2 * t), fl = fx<128>(L - 1, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             float cs[2] = {0.f, 0.f};
-            const float4 q4 = ldq_bf16(qs, i0, i1, 32 * cq + 8 * ni + 2 * t);
-            const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * ni + 2 * t);
+            const float4 q4 = ldq_bf16_el(qs, be, ni);
+            const float4 k4 = ldq_bf16_el(ks, be, ni);
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * ni + 2 * t + (e & 1);
-                const float fd = cake_ex2(gs[fx<128>(L - 1, d)] - gs[fx<128>(i, d)]);
+                const int i = e < 2 ? i0 : i1, o = fx_el(fe, ni, e);
+                const float fd = cake_ex2(gs[fx_el(fl, ni, e & 1)] - gs[o]);
                 const float D = fd * acc[ni][e];
                 const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
                 const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
@@ -945,9 +977,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     dgv -= xx;
                     cs[e & 1] += xx;
                 }
-                RD[fx<128>(i, d)] = dgv;
-                RC[fx<128>(i, d)] = Dq[ni][e];  // dq's and dk's accumulators move to
-                DK[fx<128>(i, d)] = Dk[ni][e];  // RC and DK for phases 6-7
+                RD[o] = dgv;
+                RC[o] = Dq[ni][e];  // dq's and dk's accumulators move to
+                DK[o] = Dk[ni][e];  // RC and DK for phases 6-7
             }
 #pragma unroll
             for (int m = 4; m <= 16; m <<= 1) {
@@ -986,25 +1018,28 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // (c)'s tensor-core path: when this warp's dims have a decay span below kFastSpan (the
         // choice is per n-tile pair below and depends only on this chunk's own data).
         float span = 0.f;
+        {
+            const int fr = fx<128>(r, 32 * cq + 2 * t), fq = fx<128>(er, 32 * cq + 2 * t);
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+            for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-            for (int x = 0; x < 2; ++x) {
-                const int d = 32 * cq + 8 * ni + 2 * t + x;
-                span = fmaxf(span, gs[fx<128>(r, d)] - gs[fx<128>(er, d)]);
-            }
+                for (int x = 0; x < 2; ++x) span = fmaxf(span, gs[fx_el(fr, ni, x)] - gs[fx_el(fq, ni, x)]);
+        }
         const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
 #pragma unroll 1
         for (int nh = 0; nh < 2; ++nh) {
+            // Elements of column block 2 nh + n: fx_el / bf_el of block n from bases XOR-ed by 16 nh.
             float sk[2][4], sg[2][4];  // running DK, RD of element (n, e)
+            {
+                const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh);
 #pragma unroll
-            for (int n = 0; n < 2; ++n)
+                for (int n = 0; n < 2; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
-                    sk[n][e] = DK[fx<128>(i, d)];
-                    sg[n][e] = RD[fx<128>(i, d)];
-                }
+                    for (int e = 0; e < 4; ++e) {
+                        sk[n][e] = DK[fx_el(fe, n, e)];
+                        sg[n][e] = RD[fx_el(fe, n, e)];
+                    }
+            }
             // (a) row gradients, off-diagonal blocks J < rb, reference r = 16 rb:
             // out_I = 2^(G_I - G_r) (dA_IJ @ (k_J 2^(G_r - G_J))).
             if (rb > 0) {
@@ -1016,20 +1051,25 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = 0.f;
                 int gq[2][2], kq[2][4];  // gathers of G and k rows 16 J + 4 t + e, columns d
                 float grn[2];
+                {
+                    // column d = 32 cq + 8 m + g, m = 2 nh + n: every offset below is m = 0's ^ 8 m
+                    const int mx = 16 * nh, dg = 32 * cq + g;
+                    const int fr = fx<128>(r, dg) ^ mx, tq = tg_col(128, t, dg, 0) ^ mx;
 #pragma unroll
-                for (int n = 0; n < 2; ++n) {
-                    const int d = 32 * cq + 8 * (2 * nh + n) + g;
-                    grn[n] = gs[fx<128>(r, d)];
+                    for (int n = 0; n < 2; ++n) {
+                        grn[n] = gs[fr ^ (8 * n)];
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        if (e < 2) gq[n][e] = tg_col(128, t, d, e);
-                        kq[n][e] = bf_col(t, d, e);
+                        for (int e = 0; e < 4; ++e) {
+                            if (e < 2) gq[n][e] = tq ^ (8 * n) ^ (16 * e);
+                            kq[n][e] = bf_col(t, dg, e) ^ mx ^ (8 * n);
+                        }
                     }
                 }
+                const int a0 = fx<64>(i0, 4 * t), a1 = fx<64>(i1, 4 * t);  // columns 16 J + 4 t: XOR 16 J
                 for (int J = 0; J < rb; ++J) {
                     const int j0 = 16 * J + 4 * t;
-                    const float4 q1lo = r4(ldf4(TT, fx<64>(i0, j0))), q1hi = r4(ldf4(TT, fx<64>(i1, j0)));
-                    const float4 k1lo = r4(ldf4(AK, fx<64>(i0, j0))), k1hi = r4(ldf4(AK, fx<64>(i1, j0)));
+                    const float4 q1lo = r4(ldf4(TT, a0 ^ (16 * J))), q1hi = r4(ldf4(TT, a1 ^ (16 * J)));
+                    const float4 k1lo = r4(ldf4(AK, a0 ^ (16 * J))), k1hi = r4(ldf4(AK, a1 ^ (16 * J)));
                     const float* gJ = gs + 2048 * J;
                     const unsigned short* kJ = ks + 2048 * J;
 #pragma unroll
@@ -1047,18 +1087,20 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         mma_k16(ak[n], k1lo, k1hi, bh);
                     }
                 }
+                const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh), be = bf_base(i0, cq, t) ^ (16 * nh);
+                const int fr = fx<128>(r, 32 * cq + 2 * t) ^ (16 * nh);
 #pragma unroll
                 for (int n = 0; n < 2; ++n) {
-                    const float4 q4 = ldq_bf16(qs, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
-                    const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
+                    const float4 q4 = ldq_bf16_el(qs, be, n);
+                    const float4 k4 = ldq_bf16_el(ks, be, n);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
-                        const float erf = cake_ex2(gs[fx<128>(i, d)] - gs[fx<128>(r, d)]);
+                        const int o = fx_el(fe, n, e);
+                        const float erf = cake_ex2(gs[o] - gs[fx_el(fr, n, e & 1)]);
                         const float dqo = erf * aq[n][e], dkr = erf * ak[n][e];
                         const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
                         const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
-                        RC[fx<128>(i, d)] += dqo;
+                        RC[o] += dqo;
                         sk[n][e] += dkr;
                         sg[n][e] += qn * dqo + kn * dkr;
                     }
@@ -1078,14 +1120,17 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
                 int gq[2][2], bq[2][4];
                 float gen[2];
+                {
+                    const int mx = 16 * nh, dg = 32 * cq + g;  // as in (a)
+                    const int fq = fx<128>(er, dg) ^ mx, tq = tg_col(128, t, dg, 0) ^ mx;
 #pragma unroll
-                for (int n = 0; n < 2; ++n) {
-                    const int d = 32 * cq + 8 * (2 * nh + n) + g;
-                    gen[n] = gs[fx<128>(er, d)];
+                    for (int n = 0; n < 2; ++n) {
+                        gen[n] = gs[fq ^ (8 * n)];
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        if (e < 2) gq[n][e] = tg_col(128, t, d, e);
-                        bq[n][e] = bf_col(t, d, e);
+                        for (int e = 0; e < 4; ++e) {
+                            if (e < 2) gq[n][e] = tq ^ (8 * n) ^ (16 * e);
+                            bq[n][e] = bf_col(t, dg, e) ^ mx ^ (8 * n);
+                        }
                     }
                 }
                 for (int I = rb + 1; I < 4; ++I) {
@@ -1112,13 +1157,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         mma_k16(ak[n], k1lo, k1hi, bkh);
                     }
                 }
+                const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh), be = bf_base(i0, cq, t) ^ (16 * nh);
+                const int fq = fx<128>(er, 32 * cq + 2 * t) ^ (16 * nh);
 #pragma unroll
                 for (int n = 0; n < 2; ++n) {
-                    const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
+                    const float4 k4 = ldq_bf16_el(ks, be, n);
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int j = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
-                        const float f = cake_ex2(gs[fx<128>(er, d)] - gs[fx<128>(j, d)]);
+                        const float f = cake_ex2(gs[fx_el(fq, n, e & 1)] - gs[fx_el(fe, n, e)]);
                         const float dko = f * (aq[n][e] + ak[n][e]);
                         const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
                         sk[n][e] += dko;
@@ -1143,10 +1189,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 if (fast) {
                     // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32 (the column operands
                     // from per-column offsets, as in (b)).
-                    const float4 a1lo = r4(keep_below(ldf4(TT, fx<64>(i0, j0)), j0, i0));
-                    const float4 a1hi = r4(keep_below(ldf4(TT, fx<64>(i1, j0)), j0, i1));
-                    const float4 a2lo = r4(keep_below(ldf4(AK, fx<64>(i0, j0)), j0, i0));
-                    const float4 a2hi = r4(keep_below(ldf4(AK, fx<64>(i1, j0)), j0, i1));
+                    const int a0 = fx<64>(i0, 4 * t) ^ (16 * rb), a1 = fx<64>(i1, 4 * t) ^ (16 * rb);  // columns j0
+                    const float4 a1lo = r4(keep_below(ldf4(TT, a0), j0, i0));
+                    const float4 a1hi = r4(keep_below(ldf4(TT, a1), j0, i1));
+                    const float4 a2lo = r4(keep_below(ldf4(AK, a0), j0, i0));
+                    const float4 a2hi = r4(keep_below(ldf4(AK, a1), j0, i1));
                     const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
                     const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
                     const float4 c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
@@ -1157,11 +1204,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     const float* gR = gs + 2048 * rb;
                     const unsigned short* kR = ks + 2048 * rb;
                     const unsigned short* qR = qs + 2048 * rb;
+                    const int mx = 16 * nh, dg = 32 * cq + g;  // as in (a)
+                    const int fr = fx<128>(r, dg) ^ mx, fq = fx<128>(er, dg) ^ mx, tq = tg_col(128, t, dg, 0) ^ mx;
 #pragma unroll
                     for (int n = 0; n < 2; ++n) {
-                        const int d = 32 * cq + 8 * (2 * nh + n) + g;
-                        const float gr = gs[fx<128>(r, d)], ge = gs[fx<128>(er, d)];
-                        const int gq0 = tg_col(128, t, d, 0), gq1 = tg_col(128, t, d, 1);
+                        const float gr = gs[fr ^ (8 * n)], ge = gs[fq ^ (8 * n)];
+                        const int gq0 = tq ^ (8 * n), gq1 = gq0 ^ 16;
                         // B = hi + lo, both TF32 (error ~2^-22): the row and column terms of a pair
                         // enter dGamma with opposite signs and cancel in dg's reverse cumsum, so
                         // their factors must not carry independent TF32 errors. dA's rounding is
@@ -1169,7 +1217,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         float4 bkh, bkl, bqh, bql, bch, bcl;
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const int u = j0 + e, bq = bf_col(t, d, e);
+                            const int u = j0 + e, bq = bf_col(t, dg, e) ^ mx ^ (8 * n);
                             const float gu = gR[((e & 1) ? gq1 : gq0) + 128 * e];
                             const float ku = cake_bf16_to_f32(kR[bq]) * rkf(u), qu = cake_bf16_to_f32(qR[bq]) * rqf(u);
                             const float f = cake_ex2(gu - ge);
@@ -1194,33 +1242,35 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                             finite = finite && isfinite(arq[n][x]) && isfinite(ark[n][x]) && isfinite(acl[n][x]);
                     fast = __all_sync(0xffffffffu, finite);
                 }
+                const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh);
                 auto store_sums = [&]() {
 #pragma unroll
                     for (int n = 0; n < 2; ++n)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
-                            DK[fx<128>(i, d)] = sk[n][e];
-                            RD[fx<128>(i, d)] = sg[n][e];
+                            DK[fx_el(fe, n, e)] = sk[n][e];
+                            RD[fx_el(fe, n, e)] = sg[n][e];
                         }
                 };
                 if (fast) {
                     const float dd0 = TT[fx<64>(i0, i0)], dd1 = TT[fx<64>(i1, i1)];  // s dAqk_ii
+                    const int be = bf_base(i0, cq, t) ^ (16 * nh);
+                    const int fr = fx<128>(r, 32 * cq + 2 * t) ^ (16 * nh), fq = fx<128>(er, 32 * cq + 2 * t) ^ (16 * nh);
 #pragma unroll
                     for (int n = 0; n < 2; ++n) {
-                        const float4 q4 = ldq_bf16(qs, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
-                        const float4 k4 = ldq_bf16(ks, i0, i1, 32 * cq + 8 * (2 * nh + n) + 2 * t);
+                        const float4 q4 = ldq_bf16_el(qs, be, n);
+                        const float4 k4 = ldq_bf16_el(ks, be, n);
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const int i = e < 2 ? i0 : i1, d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
-                            const float gi = gs[fx<128>(i, d)];
-                            const float erf = cake_ex2(gi - gs[fx<128>(r, d)]);
-                            const float fc = cake_ex2(gs[fx<128>(er, d)] - gi);
+                            const int o = fx_el(fe, n, e);
+                            const float gi = gs[o];
+                            const float erf = cake_ex2(gi - gs[fx_el(fr, n, e & 1)]);
+                            const float fc = cake_ex2(gs[fx_el(fq, n, e & 1)] - gi);
                             const float rq_ = erf * arq[n][e], rk_ = erf * ark[n][e], col = fc * acl[n][e];
                             const float qi = g4(q4, e) * (e < 2 ? rq0 : rq1);
                             const float ki = g4(k4, e) * (e < 2 ? rk0 : rk1);
                             const float dd = e < 2 ? dd0 : dd1;
-                            RC[fx<128>(i, d)] += rq_ + dd * ki;
+                            RC[o] += rq_ + dd * ki;
                             sk[n][e] += rk_ + col + dd * qi;
                             sg[n][e] += qi * rq_ + ki * rk_ - ki * col;
                         }
@@ -1317,17 +1367,17 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
         // L2-norm row dots and dbeta partials -> slots (dGamma is in RD already).
         float pq0 = 0.f, pq1 = 0.f, pk0 = 0.f, pk1 = 0.f;
+        const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const int col = 32 * cq + 8 * ni + 2 * t;
             if (kL2Norm) {
-                const float4 q4 = ldq_bf16(qs, i0, i1, col), k4 = ldq_bf16(ks, i0, i1, col);
+                const float4 q4 = ldq_bf16_el(qs, be, ni), k4 = ldq_bf16_el(ks, be, ni);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const int i = e < 2 ? i0 : i1, d = col + (e & 1);
+                    const int i = e < 2 ? i0 : i1;
                     const float yq = g4(q4, e) * rq[i], yk = g4(k4, e) * rk[i];
-                    const float dqv = RC[fx<128>(i, d)];
-                    const float dkv = DK[fx<128>(i, d)];
+                    const float dqv = RC[fx_el(fe, ni, e)];
+                    const float dkv = DK[fx_el(fe, ni, e)];
                     if (e < 2) { pq0 = fmaf(yq, dqv, pq0); pk0 = fmaf(yk, dkv, pk0); }
                     else { pq1 = fmaf(yq, dqv, pq1); pk1 = fmaf(yk, dkv, pk1); }
                 }
@@ -1359,6 +1409,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // columns 4 u .. 4 u + 3), a warp one whole row (32 conflict-free 16-byte reads of RC and
         // of DK, two 256-byte runs of stores) where each thread's 2 x 2-column pieces of 8 rows had
         // each warp store 16 bytes into 8 rows at a time. The same operations on each element.
+        // task m's row warp + 16 m keeps row warp's swizzles: its offsets are + 2048 m
+        const int fw = fx<128>(warp, 4 * lane), bw = at_bf16(warp, lane);
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
             const int task = tid + 512 * m, i = task >> 5, u = task & 31;
@@ -1368,11 +1420,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 dotq = ((sc[SC_DOT + i] + sc[SC_DOT + 64 + i]) + sc[SC_DOT + 128 + i]) + sc[SC_DOT + 192 + i];
                 dotk = ((sc[SC_DOT + 256 + i] + sc[SC_DOT + 320 + i]) + sc[SC_DOT + 384 + i]) + sc[SC_DOT + 448 + i];
             }
-            const float4 dq4 = ldf4(RC, fx<128>(i, 4 * u)), dk4 = ldf4(DK, fx<128>(i, 4 * u));
+            const float4 dq4 = ldf4(RC, fw + 2048 * m), dk4 = ldf4(DK, fw + 2048 * m);
             float a[4] = {dq4.x, dq4.y, dq4.z, dq4.w}, b[4] = {dk4.x, dk4.y, dk4.z, dk4.w};
             if (kL2Norm) {
                 const float r_q = rq[i], r_k = rk[i];
-                const float4 y4 = ld4_bf16(qs, i, u), z4 = ld4_bf16(ks, i, u);
+                const float4 y4 = ld4_bf16_at(qs, bw + 2048 * m), z4 = ld4_bf16_at(ks, bw + 2048 * m);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     a[e] = r_q * (a[e] - g4(y4, e) * r_q * dotq);
