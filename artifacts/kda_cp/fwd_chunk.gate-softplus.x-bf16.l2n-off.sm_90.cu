@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:611e3e53880052116a1f7c8e5de89e647c2d553bf792c8ef384dcc4a84764d11
+// identity: sha256:3aced16903e3ac8ada2627095f44766cf54de00675e8766eba10ca32920dac52
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -329,15 +329,22 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // every exponent below stays a non-positive difference and padding rows multiply exact zeros.
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
+        // Thread (r0, ch) copies 16-byte piece ch of rows r0 + 16 j of each tile: rows r + 16 j
+        // keep the swizzle (sw_bf16 depends on r's low 4 bits), so every copy's addresses are its
+        // first ones plus a constant (with the index recomputed per copy, ~300 instructions).
+        {
+            const int r0 = tid >> 4, ch = tid & 15;
+            const long long o0 = in_base + (long long)r0 * tok_stride + ch * 8;
+            const int d0 = at_bf16(r0, 2 * ch);
 #pragma unroll
-        for (int i = 0; i < 12; ++i) {
-            const int idx = tid + 256 * i;
-            const int which = i >> 2, r = (idx >> 4) & 63, ch = idx & 15;
-            const bool ok = r < L;
-            const unsigned short* src = (which == 0 ? q : which == 1 ? k : v) + in_base +
-                                        (ok ? (long long)r * tok_stride + ch * 8 : 0);
-            unsigned short* dst = which == 0 ? qs : which == 1 ? ks : vs;
-            cake_cp_async16(dst + at_bf16(r, 2 * ch), src, ok ? 16 : 0);
+            for (int i = 0; i < 12; ++i) {
+                const int which = i >> 2, j = i & 3;
+                const bool ok = r0 + 16 * j < L;
+                const unsigned short* src = (which == 0 ? q : which == 1 ? k : v) +
+                                            (ok ? o0 + 16 * j * tok_stride : in_base);
+                unsigned short* dst = which == 0 ? qs : which == 1 ? ks : vs;
+                cake_cp_async16(dst + d0 + 2048 * j, src, ok ? 16 : 0);
+            }
         }
         cake_cp_async_commit();
         const int c4 = lane, r0 = 8 * warp;
@@ -771,6 +778,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // formed on the fly.
     {
         const int cb = 16 * warp;
+        // B element (token 16 kp + 4 t + e, dim cb + 8 (ni & 1) + g): the token's swizzles depend
+        // on (e, t) only (sw_bf16 on (t ^ e) & 3, sw_gam on t and e & 1), so it lies at
+        // (kb0 ^ 16 e) + 128 e + 2048 kp + 8 (ni & 1) in the bf16 tiles and at
+        // (gb0 ^ 16 (e & 1) ^ 8 (ni & 1)) + 128 e + 2048 kp in Gamma (kb0, gb0: token 4 t, dim
+        // cb + g), where recomputing them per element cost ~300 instructions.
+        const int kb0 = at_bf16(4 * t, (cb + g) >> 2) + (g & 3);
+        const int gb0 = at_gam(4 * t, (cb + g) >> 2) + (g & 3);
         float acc[4][4][4];
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi)
@@ -785,15 +799,16 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             for (int e = 0; e < 4; ++e) {
                 const int tok = 16 * kp + 4 * t + e;
                 const float mu = bs[tok], mw = kL2Norm ? mu * rk[tok] : mu;
+                const int ke = (kb0 ^ (16 * e)) + 128 * e + 2048 * kp;
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni) {
-                    const int d = cb + 8 * (ni & 1) + g;
+                    const int kd = ke + 8 * (ni & 1);
                     if (ni < 2) {
-                        float val = mw * ld1_bf16(ks, tok, d);
-                        val *= cake_ex2(gs[at_gam(tok, d >> 2) + (d & 3)]);
+                        float val = mw * cake_bf16_to_f32(ks[kd]);
+                        val *= cake_ex2(gs[(gb0 ^ (16 * (e & 1)) ^ (8 * (ni & 1))) + 128 * e + 2048 * kp]);
                         bf[ni][e] = cake_tf32(val);
                     } else {
-                        bf[ni][e] = cake_tf32(mu * ld1_bf16(vs, tok, d));
+                        bf[ni][e] = cake_tf32(mu * cake_bf16_to_f32(vs[kd]));
                     }
                 }
             }
