@@ -554,8 +554,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         # too, which fp16 operands would not do: an upper bound of what fp16 could take off)
         "halfk": [
             (
-                "for (int kp = 0; kp < 8; ++kp) {\n            const int cu = 4 * kp + t;",
-                "for (int kp = 0; kp < 4; ++kp) {\n            const int cu = 4 * kp + t;",
+                "for (int kp = 0; kp < 8; ++kp) {\n            const int xk = 16 * kp;",
+                "for (int kp = 0; kp < 4; ++kp) {\n            const int xk = 16 * kp;",
             ),
             (
                 "for (int kp = 0; kp < 4; ++kp) {\n            unsigned int bf[4][4];",

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:0b6123b7833c911f8a0279f3f591cd47b21f393c56b6305f04bcd62a1c615546
+// identity: sha256:e4e571a015110b7bcca5aea766d3606f0f232b0a8b9f431b8a17bf7305e50e6e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -251,12 +251,17 @@ __device__ __forceinline__ int at_gam(int r, int c) { return r * 128 + ((c ^ sw_
 // fp32 [64][64] tiles (Aqk, M, T), c = float4 index (0..15)
 __device__ __forceinline__ int at_sq(int r, int c) { return r * 64 + ((c ^ sw_sq(r)) << 2); }
 
-__device__ __forceinline__ void ld4_bf16(const unsigned short* s, int r, int u, float (&x)[4]) {
-    const uint2 p = *reinterpret_cast<const uint2*>(s + at_bf16(r, u));
+// the 4 bf16 at element offset idx (an at_bf16 offset)
+__device__ __forceinline__ void ld4_bf16_at(const unsigned short* s, int idx, float (&x)[4]) {
+    const uint2 p = *reinterpret_cast<const uint2*>(s + idx);
     x[0] = cake_bf16_lo(p.x);
     x[1] = cake_bf16_hi(p.x);
     x[2] = cake_bf16_lo(p.y);
     x[3] = cake_bf16_hi(p.y);
+}
+
+__device__ __forceinline__ void ld4_bf16(const unsigned short* s, int r, int u, float (&x)[4]) {
+    ld4_bf16_at(s, at_bf16(r, u), x);
 }
 
 __device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d) {
@@ -450,17 +455,23 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         const int sj = sub - (si * (si + 1)) / 2;
         const int s = lane & 7, hh = (lane >> 3) & 1;
         const int i0 = 16 * b + 4 * si, j0 = 16 * b + 4 * sj;
+        // Row i0 + ii's swizzles are row i0's with ii's bits XORed in (sw_bf16: 4 (si ^ ii),
+        // sw_gam: 2 si ^ 4 (ii & 1)), and unit cu = 8 hh + 16 u + s is unit 8 hh + s XOR 16 u: so
+        // each row's loads lie at its block row's offset XOR a constant, plus 128 ii.
+        const int ob_i = i0 * 128 + (((8 * hh + s) ^ (4 * si)) << 2);
+        const int ob_j = j0 * 128 + (((8 * hh + s) ^ (4 * sj)) << 2);
+        const int og_i = i0 * 128 + (((8 * hh + s) ^ (2 * si)) << 2);
+        const int og_j = j0 * 128 + (((8 * hh + s) ^ (2 * sj)) << 2);
         float acc[32];
 #pragma unroll
         for (int x = 0; x < 32; ++x) acc[x] = 0.f;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-            const int cu = 8 * hh + 16 * u + s;
             float kj[4][4], gj[4][4];
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
-                ld4_bf16(ks, j0 + jj, cu, kj[jj]);
-                const float4 gg = ld4_f32(gs, at_gam(j0 + jj, cu));
+                ld4_bf16_at(ks, (ob_j ^ (16 * jj) ^ (64 * u)) + 128 * jj, kj[jj]);
+                const float4 gg = ld4_f32(gs, (og_j ^ (16 * (jj & 1)) ^ (64 * u)) + 128 * jj);
                 gj[jj][0] = gg.x; gj[jj][1] = gg.y; gj[jj][2] = gg.z; gj[jj][3] = gg.w;
                 if (kL2Norm) {
                     const float rn = rk[j0 + jj];
@@ -471,9 +482,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
 #pragma unroll
             for (int ii = 0; ii < 4; ++ii) {
                 float qi[4], ki[4];
-                ld4_bf16(qs, i0 + ii, cu, qi);
-                ld4_bf16(ks, i0 + ii, cu, ki);
-                const float4 gg = ld4_f32(gs, at_gam(i0 + ii, cu));
+                const int bo = (ob_i ^ (16 * ii) ^ (64 * u)) + 128 * ii;
+                ld4_bf16_at(qs, bo, qi);
+                ld4_bf16_at(ks, bo, ki);
+                const float4 gg = ld4_f32(gs, (og_i ^ (16 * (ii & 1)) ^ (64 * u)) + 128 * ii);
                 const float gi4[4] = {gg.x, gg.y, gg.z, gg.w};
                 if (kL2Norm) {
                     const float rnq = rq[i0 + ii], rnk = rk[i0 + ii];
@@ -540,9 +552,18 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // qk_tiles computes nt (1 or 2) blocks (bi, bj0), (bi, bj0 + 1) of one row block: the row
     // factors (q_i, k_i against G_r) are formed once for both; each block's products and their
     // order are those of a block computed alone.
+    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both tiles' repeat
+    // every 16 rows), and unit 4 kp + t of a row lies at its unit t XOR 16 kp: so every row load
+    // of the k-loop is one of these thread offsets plus 2048 J, XOR 16 kp.
+    const int qk_ga = at_gam(g, t), qk_gb = at_gam(g + 8, t);
+    const int qk_ba = at_bf16(g, t), qk_bb = at_bf16(g + 8, t);
     auto qk_tiles = [&](const int bi, const int bj0, const int nt) {
         const int r = 16 * bi;
         const int ia = r + g, ib = r + g + 8;
+        const int o_gr = at_gam(r, t), o_ga = qk_ga + 2048 * bi, o_gb = qk_gb + 2048 * bi;
+        const int o_ba = qk_ba + 2048 * bi, o_bb = qk_bb + 2048 * bi;
+        const int o_gja = qk_ga + 2048 * bj0, o_gjb = qk_gb + 2048 * bj0;
+        const int o_bja = qk_ba + 2048 * bj0, o_bjb = qk_bb + 2048 * bj0;
         float aq[2][2][4], am[2][2][4];  // [block][n][x]
 #pragma unroll
         for (int u = 0; u < 2; ++u)
@@ -554,12 +575,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         const float rka = kL2Norm ? rk[ia] : 1.f, rkb = kL2Norm ? rk[ib] : 1.f;
 #pragma unroll 1
         for (int kp = 0; kp < 8; ++kp) {
-            const int cu = 4 * kp + t;
-            const float4 gr = ld4_f32(gs, at_gam(r, cu));
-            const float4 g_a = ld4_f32(gs, at_gam(ia, cu)), g_b = ld4_f32(gs, at_gam(ib, cu));
+            const int xk = 16 * kp;
+            const float4 gr = ld4_f32(gs, o_gr ^ xk);
+            const float4 g_a = ld4_f32(gs, o_ga ^ xk), g_b = ld4_f32(gs, o_gb ^ xk);
             float qa[4], qb[4], ka[4], kb[4];
-            ld4_bf16(qs, ia, cu, qa); ld4_bf16(qs, ib, cu, qb);
-            ld4_bf16(ks, ia, cu, ka); ld4_bf16(ks, ib, cu, kb);
+            ld4_bf16_at(qs, o_ba ^ xk, qa); ld4_bf16_at(qs, o_bb ^ xk, qb);
+            ld4_bf16_at(ks, o_ba ^ xk, ka); ld4_bf16_at(ks, o_bb ^ xk, kb);
             const float grv[4] = {gr.x, gr.y, gr.z, gr.w};
             const float gav[4] = {g_a.x, g_a.y, g_a.z, g_a.w}, gbv[4] = {g_b.x, g_b.y, g_b.z, g_b.w};
             unsigned int fq_a[4], fq_b[4], fk_a[4], fk_b[4];
@@ -576,9 +597,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 if (u < nt) {
                     const int ja = 16 * (bj0 + u) + g, jb = ja + 8;
                     const float rja = kL2Norm ? rk[ja] : 1.f, rjb = kL2Norm ? rk[jb] : 1.f;
-                    const float4 g_ja = ld4_f32(gs, at_gam(ja, cu)), g_jb = ld4_f32(gs, at_gam(jb, cu));
+                    const float4 g_ja = ld4_f32(gs, (o_gja ^ xk) + 2048 * u), g_jb = ld4_f32(gs, (o_gjb ^ xk) + 2048 * u);
                     float kja[4], kjb[4];
-                    ld4_bf16(ks, ja, cu, kja); ld4_bf16(ks, jb, cu, kjb);
+                    ld4_bf16_at(ks, (o_bja ^ xk) + 2048 * u, kja); ld4_bf16_at(ks, (o_bjb ^ xk) + 2048 * u, kjb);
                     const float gjav[4] = {g_ja.x, g_ja.y, g_ja.z, g_ja.w}, gjbv[4] = {g_jb.x, g_jb.y, g_jb.z, g_jb.w};
                     unsigned int fj_a[4], fj_b[4];
 #pragma unroll
@@ -785,6 +806,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         // cb + g), where recomputing them per element cost ~300 instructions.
         const int kb0 = at_bf16(4 * t, (cb + g) >> 2) + (g & 3);
         const int gb0 = at_gam(4 * t, (cb + g) >> 2) + (g & 3);
+        const int sq0 = at_sq(g, t);
         float acc[4][4][4];
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi)
@@ -812,10 +834,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                     }
                 }
             }
+            // rows 16 mi + g, + 8 share row g's swizzle: at_sq(g, t) ^ 16 kp, plus 1024 mi (+ 512)
+            const int sa = sq0 ^ (16 * kp);
 #pragma unroll
             for (int mi = kp; mi < 4; ++mi) {
-                const float4 ta = ld4_f32(As, at_sq(16 * mi + g, 4 * kp + t));
-                const float4 tb = ld4_f32(As, at_sq(16 * mi + g + 8, 4 * kp + t));
+                const float4 ta = ld4_f32(As, sa + 1024 * mi);
+                const float4 tb = ld4_f32(As, sa + 1024 * mi + 512);
                 const unsigned int a0 = cake_tf32(ta.x), a1 = cake_tf32(tb.x), a2 = cake_tf32(ta.y), a3 = cake_tf32(tb.y);
                 const unsigned int a4 = cake_tf32(ta.z), a5 = cake_tf32(tb.z), a6 = cake_tf32(ta.w), a7 = cake_tf32(tb.w);
 #pragma unroll
