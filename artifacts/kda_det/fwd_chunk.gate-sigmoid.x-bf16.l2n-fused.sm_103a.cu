@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a
-// identity: sha256:0e53d90f573bd942f193870a340ed2b8341984749ed0c375f5c11c974def8d2b
+// identity: sha256:1ca0f403efa99e87360e8bb145b08faf301ac16020910e00169ac67e41e9d2ef
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -353,11 +353,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         }
         cake_cp_async_commit();
         const int c4 = lane, r0 = 8 * warp;
+        const x_t* const xr = x + in_base + (long long)r0 * tok_stride + 4 * c4;  // row r0; row r0 + i: + i tok_stride
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int r = r0 + i;
-            gv[i] = r < L ? cake_load_gate4(x + in_base + (long long)r * tok_stride + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        for (int i = 0; i < 8; ++i)
+            gv[i] = r0 + i < L ? cake_load_gate4(xr + i * tok_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
         const float4 bias = *reinterpret_cast<const float4*>(dt_bias + h * 128 + 4 * c4);
         const float ea = expf(A_log[h]);
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -387,15 +386,18 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             off.x = __fadd_rn(off.x, t4.x); off.y = __fadd_rn(off.y, t4.y);
             off.z = __fadd_rn(off.z, t4.z); off.w = __fadd_rn(off.w, t4.w);
         }
+        // Row r0 + i lies i tok_stride past row r0 in G_out, and in Gamma at row r0's offset XOR
+        // sw_gam(i) << 2, plus 128 i (sw_gam(8 w + i) = sw_gam(8 w) ^ sw_gam(i)).
         const int r0 = 8 * warp;
+        const long long go0 = in_base + (long long)r0 * tok_stride + 4 * lane;
+        const int gs0 = at_gam(r0, lane);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int r = r0 + i;
             const float4 G = make_float4(__fadd_rn(off.x, gv[i].x), __fadd_rn(off.y, gv[i].y),
                                          __fadd_rn(off.z, gv[i].z), __fadd_rn(off.w, gv[i].w));
-            if (G_out != nullptr && r < L)
-                cake_st_global_v4(G_out + in_base + (long long)r * tok_stride + 4 * lane, G);
-            *reinterpret_cast<float4*>(gs + at_gam(r, lane)) =
+            if (G_out != nullptr && r < L) cake_st_global_v4(G_out + go0 + i * tok_stride, G);
+            *reinterpret_cast<float4*>(gs + ((gs0 ^ (sw_gam(i) << 2)) + 128 * i)) =
                 make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
         }
     }
