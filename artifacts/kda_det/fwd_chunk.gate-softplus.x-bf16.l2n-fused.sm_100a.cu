@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:19f2effec343aa45ab35c7042a3f8bb4dff30feb2e8d22894e76a46aff4d2fea
+// identity: sha256:d16f418e0cb1250a6e6645dab4d9c46af41c6cf90e8463aa9be1ae3fad42629b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -620,22 +620,26 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 }
             }
         }
+        // (ia, col) lies at (row g, column 2 t)'s offset + 1024 bi, XOR 16 bj ^ 8 n (sw_sq repeats
+        // every 8 rows and only XORs column bits 2-4); (ib, col) 512 past it.
+        const int o_st = at_sq(g, t >> 1) + 2 * (t & 1) + 1024 * bi;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
             if (u < nt) {
                 const int bj = bj0 + u;
                 const bool dg = bi == bj;
+                const int o_bj = o_st ^ (16 * bj);
 #pragma unroll
                 for (int n = 0; n < 2; ++n) {
                     const int col = 16 * bj + 8 * n + 2 * t;
-                    float* pa = As + at_sq(ia, col >> 2) + (col & 3);
-                    float* pb = As + at_sq(ib, col >> 2) + (col & 3);
+                    float* pa = As + (o_bj ^ (8 * n));
+                    float* pb = pa + 512;
                     pa[0] = !dg || col <= ia ? scale * aq[u][n][0] : 0.f;
                     pa[1] = !dg || col + 1 <= ia ? scale * aq[u][n][1] : 0.f;
                     pb[0] = !dg || col <= ib ? scale * aq[u][n][2] : 0.f;
                     pb[1] = !dg || col + 1 <= ib ? scale * aq[u][n][3] : 0.f;
-                    float* ma = Ms + at_sq(ia, col >> 2) + (col & 3);
-                    float* mb = Ms + at_sq(ib, col >> 2) + (col & 3);
+                    float* ma = Ms + (o_bj ^ (8 * n));
+                    float* mb = ma + 512;
                     ma[0] = !dg || col < ia ? am[u][n][0] : 0.f;
                     ma[1] = !dg || col + 1 < ia ? am[u][n][1] : 0.f;
                     mb[0] = !dg || col < ib ? am[u][n][2] : 0.f;
@@ -681,6 +685,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     float tcol[16];
     if (warp < 2) {
         const int b = tid >> 4, cc = tid & 15;
+        // row 16 b + i's units 4 b .. 4 b + 3 lie at 1040 b XOR (4 sw_sq(i) ^ column) plus 64 i
+        // (sw_sq repeats every 8 rows and XORs column bits 2-4 only)
+        const int m0 = 1040 * b;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             if (i == 0) {
@@ -690,7 +697,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 float s0 = 0.f, s1 = 0.f;
 #pragma unroll
                 for (int kk = 0; kk < i; kk += 4) {
-                    const float4 m4 = ld4_f32(Ms, at_sq(row, (16 * b + kk) >> 2));
+                    const float4 m4 = ld4_f32(Ms, (m0 ^ kk ^ (4 * sw_sq(i))) + 64 * i);
                     const float mv[4] = {m4.x, m4.y, m4.z, m4.w};
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
@@ -738,7 +745,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     if (warp < 2) {
         const int b = tid >> 4, cc = tid & 15;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) As[at_sq(16 * b + i, (16 * b + cc) >> 2) + (cc & 3)] = tcol[i];
+        for (int i = 0; i < 16; ++i) As[((1040 * b + cc) ^ (4 * sw_sq(i))) + 64 * i] = tcol[i];  // (16 b + i, 16 b + cc)
     }
     __syncthreads();
 
