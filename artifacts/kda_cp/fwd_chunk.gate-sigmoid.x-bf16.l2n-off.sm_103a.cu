@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a
-// identity: sha256:6ab29090357a1fa155b5c7c264419b1b1a138cc94663ca2c8dc7709355264c29
+// identity: sha256:1fa4ba1ec4c9af9a3170b6b64956a834b7a9c7aa61472696624fc2c08fe13f01
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -554,7 +554,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // qk_tiles computes nt (1 or 2) blocks (bi, bj0), (bi, bj0 + 1) of one row block: the row
     // factors (q_i, k_i against G_r) are formed once for both; each block's products and their
     // order are those of a block computed alone.
-    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both tiles' repeat
+    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both swizzles repeat
     // every 16 rows), and unit 4 kp + t of a row lies at its unit t XOR 16 kp: so every row load
     // of the k-loop is one of these thread offsets plus 2048 J, XOR 16 kp.
     const int qk_ga = at_gam(g, t), qk_gb = at_gam(g + 8, t);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:2aad9208f4e33ca9540bd40fad8eff1220142f3a780ddb884b9ebd3b70a0bfd8
+// identity: sha256:db33dfb2f98a1de936c9f78989470d803b42e55c02794692ccf0420e27cf547a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -554,7 +554,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // qk_tiles computes nt (1 or 2) blocks (bi, bj0), (bi, bj0 + 1) of one row block: the row
     // factors (q_i, k_i against G_r) are formed once for both; each block's products and their
     // order are those of a block computed alone.
-    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both tiles' repeat
+    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both swizzles repeat
     // every 16 rows), and unit 4 kp + t of a row lies at its unit t XOR 16 kp: so every row load
     // of the k-loop is one of these thread offsets plus 2048 J, XOR 16 kp.
     const int qk_ga = at_gam(g, t), qk_gb = at_gam(g + 8, t);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:d9b9347e8de821705f33acea8cad232721332ef569d9950be9499a8c4cd6f766
+// identity: sha256:71a048c5d1641c5dc6491c8b74ade0c6f300696b7c6e778f49550f7d46c8156f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -554,7 +554,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // qk_tiles computes nt (1 or 2) blocks (bi, bj0), (bi, bj0 + 1) of one row block: the row
     // factors (q_i, k_i against G_r) are formed once for both; each block's products and their
     // order are those of a block computed alone.
-    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both tiles' repeat
+    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both swizzles repeat
     // every 16 rows), and unit 4 kp + t of a row lies at its unit t XOR 16 kp: so every row load
     // of the k-loop is one of these thread offsets plus 2048 J, XOR 16 kp.
     const int qk_ga = at_gam(g, t), qk_gb = at_gam(g + 8, t);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:5eaa619ef3a2db1e3210d2cba7f7943fbf3068113086cbadf7f2f38615b469b6
+// identity: sha256:cb82b4ec70d3fc36118b72a0a0ef3de9b28605fe9b8aec37642a235fb5d77d36
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -554,7 +554,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // qk_tiles computes nt (1 or 2) blocks (bi, bj0), (bi, bj0 + 1) of one row block: the row
     // factors (q_i, k_i against G_r) are formed once for both; each block's products and their
     // order are those of a block computed alone.
-    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both tiles' repeat
+    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both swizzles repeat
     // every 16 rows), and unit 4 kp + t of a row lies at its unit t XOR 16 kp: so every row load
     // of the k-loop is one of these thread offsets plus 2048 J, XOR 16 kp.
     const int qk_ga = at_gam(g, t), qk_gb = at_gam(g + 8, t);
