@@ -363,9 +363,10 @@ FWD_CHUNK_STORES = {
     # G_out as [NC, H, 64, 128] tiles (timing only; 1doc / 4doc, whose sequences are whole chunks)
     "gchunk": [
         (
-            "G_out + in_base + (long long)r * tok_stride + 4 * lane",
-            "G_out + ws * 8192 + r * 128 + 4 * lane",
-        )
+            "const long long go0 = in_base + (long long)r0 * tok_stride + 4 * lane;",
+            "const long long go0 = ws * 8192 + r0 * 128 + 4 * lane;",
+        ),
+        ("G_out + go0 + i * tok_stride", "G_out + go0 + i * 128"),
     ],
 }
 # The bytes of 16-bit chunk tiles (docs/wgmma-plan.md, "byte diet"): half of each of Qg and Aqk
@@ -521,7 +522,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "const long long in_base = (long long)h * 128;\n"
                 "    const long long out_base = (long long)t0 * tok_stride + (long long)h * 128;",
             ),
-            ("G_out + in_base + (long long)r", "G_out + out_base + (long long)r"),
+            ("const long long go0 = in_base +", "const long long go0 = out_base +"),
             ("(beta, (long long)(t0 + tid) * H + h,", "(beta, (long long)tid * H + h,"),
         ],
         # every block writes the first chunk's tiles (L2 hits, no DRAM writes)
@@ -534,7 +535,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "float* const out = (isW ? W : U) +",
             ),
             ("float* ta = TA_out + ws * 4096;", "float* ta = TA_out;"),
-            ("G_out + in_base + (long long)r", "G_out + (long long)h * 128 + (long long)r"),
+            ("const long long go0 = in_base +", "const long long go0 = (long long)h * 128 +"),
         ],
         "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
         # one phase each: its share of the block's serial path
@@ -554,8 +555,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         # too, which fp16 operands would not do: an upper bound of what fp16 could take off)
         "halfk": [
             (
-                "for (int kp = 0; kp < 8; ++kp) {\n            const int cu = 4 * kp + t;",
-                "for (int kp = 0; kp < 4; ++kp) {\n            const int cu = 4 * kp + t;",
+                "for (int kp = 0; kp < 8; ++kp) {\n            const int xk = 16 * kp;",
+                "for (int kp = 0; kp < 4; ++kp) {\n            const int xk = 16 * kp;",
             ),
             (
                 "for (int kp = 0; kp < 4; ++kp) {\n            unsigned int bf[4][4];",

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a
-// identity: sha256:28852bcf9a9d4607a73bf48e91022b41152d559bafd316d8fc0ee17873add069
+// identity: sha256:d2664ab22160d68173d5095437a09a31f9cf0e67f68c67964317b741a2bc11b2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -251,12 +251,17 @@ __device__ __forceinline__ int at_gam(int r, int c) { return r * 128 + ((c ^ sw_
 // fp32 [64][64] tiles (Aqk, M, T), c = float4 index (0..15)
 __device__ __forceinline__ int at_sq(int r, int c) { return r * 64 + ((c ^ sw_sq(r)) << 2); }
 
-__device__ __forceinline__ void ld4_bf16(const unsigned short* s, int r, int u, float (&x)[4]) {
-    const uint2 p = *reinterpret_cast<const uint2*>(s + at_bf16(r, u));
+// the 4 bf16 at element offset idx (an at_bf16 offset)
+__device__ __forceinline__ void ld4_bf16_at(const unsigned short* s, int idx, float (&x)[4]) {
+    const uint2 p = *reinterpret_cast<const uint2*>(s + idx);
     x[0] = cake_bf16_lo(p.x);
     x[1] = cake_bf16_hi(p.x);
     x[2] = cake_bf16_lo(p.y);
     x[3] = cake_bf16_hi(p.y);
+}
+
+__device__ __forceinline__ void ld4_bf16(const unsigned short* s, int r, int u, float (&x)[4]) {
+    ld4_bf16_at(s, at_bf16(r, u), x);
 }
 
 __device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d) {
@@ -329,23 +334,29 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // every exponent below stays a non-positive difference and padding rows multiply exact zeros.
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
+        // Thread (r0, ch) copies 16-byte piece ch of rows r0 + 16 j of each tile: rows r + 16 j
+        // keep the swizzle (sw_bf16 depends on r's low 4 bits), so every copy's addresses are its
+        // first ones plus a constant (with the index recomputed per copy, ~300 instructions).
+        {
+            const int r0 = tid >> 4, ch = tid & 15;
+            const long long o0 = in_base + (long long)r0 * tok_stride + ch * 8;
+            const int d0 = at_bf16(r0, 2 * ch);
 #pragma unroll
-        for (int i = 0; i < 12; ++i) {
-            const int idx = tid + 256 * i;
-            const int which = i >> 2, r = (idx >> 4) & 63, ch = idx & 15;
-            const bool ok = r < L;
-            const unsigned short* src = (which == 0 ? q : which == 1 ? k : v) + in_base +
-                                        (ok ? (long long)r * tok_stride + ch * 8 : 0);
-            unsigned short* dst = which == 0 ? qs : which == 1 ? ks : vs;
-            cake_cp_async16(dst + at_bf16(r, 2 * ch), src, ok ? 16 : 0);
+            for (int i = 0; i < 12; ++i) {
+                const int which = i >> 2, j = i & 3;
+                const bool ok = r0 + 16 * j < L;
+                const unsigned short* src = (which == 0 ? q : which == 1 ? k : v) +
+                                            (ok ? o0 + 16 * j * tok_stride : in_base);
+                unsigned short* dst = which == 0 ? qs : which == 1 ? ks : vs;
+                cake_cp_async16(dst + d0 + 2048 * j, src, ok ? 16 : 0);
+            }
         }
         cake_cp_async_commit();
         const int c4 = lane, r0 = 8 * warp;
+        const x_t* const xr = x + in_base + (long long)r0 * tok_stride + 4 * c4;  // row r0; row r0 + i: + i tok_stride
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int r = r0 + i;
-            gv[i] = r < L ? cake_load_gate4(x + in_base + (long long)r * tok_stride + 4 * c4) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        for (int i = 0; i < 8; ++i)
+            gv[i] = r0 + i < L ? cake_load_gate4(xr + i * tok_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
         const float4 bias = *reinterpret_cast<const float4*>(dt_bias + h * 128 + 4 * c4);
         const float ea = expf(A_log[h]);
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -375,15 +386,18 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             off.x = __fadd_rn(off.x, t4.x); off.y = __fadd_rn(off.y, t4.y);
             off.z = __fadd_rn(off.z, t4.z); off.w = __fadd_rn(off.w, t4.w);
         }
+        // Row r0 + i lies i tok_stride past row r0 in G_out, and in Gamma at row r0's offset XOR
+        // sw_gam(i) << 2, plus 128 i (sw_gam(8 w + i) = sw_gam(8 w) ^ sw_gam(i)).
         const int r0 = 8 * warp;
+        const long long go0 = in_base + (long long)r0 * tok_stride + 4 * lane;
+        const int gs0 = at_gam(r0, lane);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int r = r0 + i;
             const float4 G = make_float4(__fadd_rn(off.x, gv[i].x), __fadd_rn(off.y, gv[i].y),
                                          __fadd_rn(off.z, gv[i].z), __fadd_rn(off.w, gv[i].w));
-            if (G_out != nullptr && r < L)
-                cake_st_global_v4(G_out + in_base + (long long)r * tok_stride + 4 * lane, G);
-            *reinterpret_cast<float4*>(gs + at_gam(r, lane)) =
+            if (G_out != nullptr && r < L) cake_st_global_v4(G_out + go0 + i * tok_stride, G);
+            *reinterpret_cast<float4*>(gs + ((gs0 ^ (sw_gam(i) << 2)) + 128 * i)) =
                 make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
         }
     }
@@ -443,17 +457,23 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         const int sj = sub - (si * (si + 1)) / 2;
         const int s = lane & 7, hh = (lane >> 3) & 1;
         const int i0 = 16 * b + 4 * si, j0 = 16 * b + 4 * sj;
+        // Row i0 + ii's swizzles are row i0's with ii's bits XORed in (sw_bf16: 4 (si ^ ii),
+        // sw_gam: 2 si ^ 4 (ii & 1)), and unit cu = 8 hh + 16 u + s is unit 8 hh + s XOR 16 u: so
+        // each row's loads lie at its block row's offset XOR a constant, plus 128 ii.
+        const int ob_i = i0 * 128 + (((8 * hh + s) ^ (4 * si)) << 2);
+        const int ob_j = j0 * 128 + (((8 * hh + s) ^ (4 * sj)) << 2);
+        const int og_i = i0 * 128 + (((8 * hh + s) ^ (2 * si)) << 2);
+        const int og_j = j0 * 128 + (((8 * hh + s) ^ (2 * sj)) << 2);
         float acc[32];
 #pragma unroll
         for (int x = 0; x < 32; ++x) acc[x] = 0.f;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-            const int cu = 8 * hh + 16 * u + s;
             float kj[4][4], gj[4][4];
 #pragma unroll
             for (int jj = 0; jj < 4; ++jj) {
-                ld4_bf16(ks, j0 + jj, cu, kj[jj]);
-                const float4 gg = ld4_f32(gs, at_gam(j0 + jj, cu));
+                ld4_bf16_at(ks, (ob_j ^ (16 * jj) ^ (64 * u)) + 128 * jj, kj[jj]);
+                const float4 gg = ld4_f32(gs, (og_j ^ (16 * (jj & 1)) ^ (64 * u)) + 128 * jj);
                 gj[jj][0] = gg.x; gj[jj][1] = gg.y; gj[jj][2] = gg.z; gj[jj][3] = gg.w;
                 if (kL2Norm) {
                     const float rn = rk[j0 + jj];
@@ -464,9 +484,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
 #pragma unroll
             for (int ii = 0; ii < 4; ++ii) {
                 float qi[4], ki[4];
-                ld4_bf16(qs, i0 + ii, cu, qi);
-                ld4_bf16(ks, i0 + ii, cu, ki);
-                const float4 gg = ld4_f32(gs, at_gam(i0 + ii, cu));
+                const int bo = (ob_i ^ (16 * ii) ^ (64 * u)) + 128 * ii;
+                ld4_bf16_at(qs, bo, qi);
+                ld4_bf16_at(ks, bo, ki);
+                const float4 gg = ld4_f32(gs, (og_i ^ (16 * (ii & 1)) ^ (64 * u)) + 128 * ii);
                 const float gi4[4] = {gg.x, gg.y, gg.z, gg.w};
                 if (kL2Norm) {
                     const float rnq = rq[i0 + ii], rnk = rk[i0 + ii];
@@ -533,9 +554,18 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // qk_tiles computes nt (1 or 2) blocks (bi, bj0), (bi, bj0 + 1) of one row block: the row
     // factors (q_i, k_i against G_r) are formed once for both; each block's products and their
     // order are those of a block computed alone.
+    // Rows 16 J + g and 16 J + g + 8 keep the swizzles of rows g and g + 8 (both swizzles repeat
+    // every 16 rows), and unit 4 kp + t of a row lies at its unit t XOR 16 kp: so every row load
+    // of the k-loop is one of these thread offsets plus 2048 J, XOR 16 kp.
+    const int qk_ga = at_gam(g, t), qk_gb = at_gam(g + 8, t);
+    const int qk_ba = at_bf16(g, t), qk_bb = at_bf16(g + 8, t);
     auto qk_tiles = [&](const int bi, const int bj0, const int nt) {
         const int r = 16 * bi;
         const int ia = r + g, ib = r + g + 8;
+        const int o_gr = at_gam(r, t), o_ga = qk_ga + 2048 * bi, o_gb = qk_gb + 2048 * bi;
+        const int o_ba = qk_ba + 2048 * bi, o_bb = qk_bb + 2048 * bi;
+        const int o_gja = qk_ga + 2048 * bj0, o_gjb = qk_gb + 2048 * bj0;
+        const int o_bja = qk_ba + 2048 * bj0, o_bjb = qk_bb + 2048 * bj0;
         float aq[2][2][4], am[2][2][4];  // [block][n][x]
 #pragma unroll
         for (int u = 0; u < 2; ++u)
@@ -547,12 +577,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         const float rka = kL2Norm ? rk[ia] : 1.f, rkb = kL2Norm ? rk[ib] : 1.f;
 #pragma unroll 1
         for (int kp = 0; kp < 8; ++kp) {
-            const int cu = 4 * kp + t;
-            const float4 gr = ld4_f32(gs, at_gam(r, cu));
-            const float4 g_a = ld4_f32(gs, at_gam(ia, cu)), g_b = ld4_f32(gs, at_gam(ib, cu));
+            const int xk = 16 * kp;
+            const float4 gr = ld4_f32(gs, o_gr ^ xk);
+            const float4 g_a = ld4_f32(gs, o_ga ^ xk), g_b = ld4_f32(gs, o_gb ^ xk);
             float qa[4], qb[4], ka[4], kb[4];
-            ld4_bf16(qs, ia, cu, qa); ld4_bf16(qs, ib, cu, qb);
-            ld4_bf16(ks, ia, cu, ka); ld4_bf16(ks, ib, cu, kb);
+            ld4_bf16_at(qs, o_ba ^ xk, qa); ld4_bf16_at(qs, o_bb ^ xk, qb);
+            ld4_bf16_at(ks, o_ba ^ xk, ka); ld4_bf16_at(ks, o_bb ^ xk, kb);
             const float grv[4] = {gr.x, gr.y, gr.z, gr.w};
             const float gav[4] = {g_a.x, g_a.y, g_a.z, g_a.w}, gbv[4] = {g_b.x, g_b.y, g_b.z, g_b.w};
             unsigned int fq_a[4], fq_b[4], fk_a[4], fk_b[4];
@@ -569,9 +599,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 if (u < nt) {
                     const int ja = 16 * (bj0 + u) + g, jb = ja + 8;
                     const float rja = kL2Norm ? rk[ja] : 1.f, rjb = kL2Norm ? rk[jb] : 1.f;
-                    const float4 g_ja = ld4_f32(gs, at_gam(ja, cu)), g_jb = ld4_f32(gs, at_gam(jb, cu));
+                    const float4 g_ja = ld4_f32(gs, (o_gja ^ xk) + 2048 * u), g_jb = ld4_f32(gs, (o_gjb ^ xk) + 2048 * u);
                     float kja[4], kjb[4];
-                    ld4_bf16(ks, ja, cu, kja); ld4_bf16(ks, jb, cu, kjb);
+                    ld4_bf16_at(ks, (o_bja ^ xk) + 2048 * u, kja); ld4_bf16_at(ks, (o_bjb ^ xk) + 2048 * u, kjb);
                     const float gjav[4] = {g_ja.x, g_ja.y, g_ja.z, g_ja.w}, gjbv[4] = {g_jb.x, g_jb.y, g_jb.z, g_jb.w};
                     unsigned int fj_a[4], fj_b[4];
 #pragma unroll
@@ -590,22 +620,26 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 }
             }
         }
+        // (ia, col) lies at (row g, column 2 t)'s offset + 1024 bi, XOR 16 bj ^ 8 n (sw_sq repeats
+        // every 8 rows and only XORs column bits 2-4); (ib, col) 512 past it.
+        const int o_st = at_sq(g, t >> 1) + 2 * (t & 1) + 1024 * bi;
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
             if (u < nt) {
                 const int bj = bj0 + u;
                 const bool dg = bi == bj;
+                const int o_bj = o_st ^ (16 * bj);
 #pragma unroll
                 for (int n = 0; n < 2; ++n) {
                     const int col = 16 * bj + 8 * n + 2 * t;
-                    float* pa = As + at_sq(ia, col >> 2) + (col & 3);
-                    float* pb = As + at_sq(ib, col >> 2) + (col & 3);
+                    float* pa = As + (o_bj ^ (8 * n));
+                    float* pb = pa + 512;
                     pa[0] = !dg || col <= ia ? scale * aq[u][n][0] : 0.f;
                     pa[1] = !dg || col + 1 <= ia ? scale * aq[u][n][1] : 0.f;
                     pb[0] = !dg || col <= ib ? scale * aq[u][n][2] : 0.f;
                     pb[1] = !dg || col + 1 <= ib ? scale * aq[u][n][3] : 0.f;
-                    float* ma = Ms + at_sq(ia, col >> 2) + (col & 3);
-                    float* mb = Ms + at_sq(ib, col >> 2) + (col & 3);
+                    float* ma = Ms + (o_bj ^ (8 * n));
+                    float* mb = ma + 512;
                     ma[0] = !dg || col < ia ? am[u][n][0] : 0.f;
                     ma[1] = !dg || col + 1 < ia ? am[u][n][1] : 0.f;
                     mb[0] = !dg || col < ib ? am[u][n][2] : 0.f;
@@ -651,6 +685,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     float tcol[16];
     if (warp < 2) {
         const int b = tid >> 4, cc = tid & 15;
+        // row 16 b + i's units 4 b .. 4 b + 3 lie at 1040 b XOR (4 sw_sq(i) ^ column) plus 64 i
+        // (sw_sq repeats every 8 rows and XORs column bits 2-4 only)
+        const int m0 = 1040 * b;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             if (i == 0) {
@@ -660,7 +697,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 float s0 = 0.f, s1 = 0.f;
 #pragma unroll
                 for (int kk = 0; kk < i; kk += 4) {
-                    const float4 m4 = ld4_f32(Ms, at_sq(row, (16 * b + kk) >> 2));
+                    const float4 m4 = ld4_f32(Ms, (m0 ^ kk ^ (4 * sw_sq(i))) + 64 * i);
                     const float mv[4] = {m4.x, m4.y, m4.z, m4.w};
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
@@ -708,7 +745,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     if (warp < 2) {
         const int b = tid >> 4, cc = tid & 15;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) As[at_sq(16 * b + i, (16 * b + cc) >> 2) + (cc & 3)] = tcol[i];
+        for (int i = 0; i < 16; ++i) As[((1040 * b + cc) ^ (4 * sw_sq(i))) + 64 * i] = tcol[i];  // (16 b + i, 16 b + cc)
     }
     __syncthreads();
 
@@ -771,6 +808,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // formed on the fly.
     {
         const int cb = 16 * warp;
+        // B element (token 16 kp + 4 t + e, dim cb + 8 (ni & 1) + g): the token's swizzles depend
+        // on (e, t) only (sw_bf16 on (t ^ e) & 3, sw_gam on t and e & 1), so it lies at
+        // (kb0 ^ 16 e) + 128 e + 2048 kp + 8 (ni & 1) in the bf16 tiles and at
+        // (gb0 ^ 16 (e & 1) ^ 8 (ni & 1)) + 128 e + 2048 kp in Gamma (kb0, gb0: token 4 t, dim
+        // cb + g), where recomputing them per element cost ~300 instructions.
+        const int kb0 = at_bf16(4 * t, (cb + g) >> 2) + (g & 3);
+        const int gb0 = at_gam(4 * t, (cb + g) >> 2) + (g & 3);
+        const int sq0 = at_sq(g, t);
         float acc[4][4][4];
 #pragma unroll
         for (int mi = 0; mi < 4; ++mi)
@@ -785,22 +830,25 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             for (int e = 0; e < 4; ++e) {
                 const int tok = 16 * kp + 4 * t + e;
                 const float mu = bs[tok], mw = kL2Norm ? mu * rk[tok] : mu;
+                const int ke = (kb0 ^ (16 * e)) + 128 * e + 2048 * kp;
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni) {
-                    const int d = cb + 8 * (ni & 1) + g;
+                    const int kd = ke + 8 * (ni & 1);
                     if (ni < 2) {
-                        float val = mw * ld1_bf16(ks, tok, d);
-                        val *= cake_ex2(gs[at_gam(tok, d >> 2) + (d & 3)]);
+                        float val = mw * cake_bf16_to_f32(ks[kd]);
+                        val *= cake_ex2(gs[(gb0 ^ (16 * (e & 1)) ^ (8 * (ni & 1))) + 128 * e + 2048 * kp]);
                         bf[ni][e] = cake_tf32(val);
                     } else {
-                        bf[ni][e] = cake_tf32(mu * ld1_bf16(vs, tok, d));
+                        bf[ni][e] = cake_tf32(mu * cake_bf16_to_f32(vs[kd]));
                     }
                 }
             }
+            // rows 16 mi + g, + 8 share row g's swizzle: at_sq(g, t) ^ 16 kp, plus 1024 mi (+ 512)
+            const int sa = sq0 ^ (16 * kp);
 #pragma unroll
             for (int mi = kp; mi < 4; ++mi) {
-                const float4 ta = ld4_f32(As, at_sq(16 * mi + g, 4 * kp + t));
-                const float4 tb = ld4_f32(As, at_sq(16 * mi + g + 8, 4 * kp + t));
+                const float4 ta = ld4_f32(As, sa + 1024 * mi);
+                const float4 tb = ld4_f32(As, sa + 1024 * mi + 512);
                 const unsigned int a0 = cake_tf32(ta.x), a1 = cake_tf32(tb.x), a2 = cake_tf32(ta.y), a3 = cake_tf32(tb.y);
                 const unsigned int a4 = cake_tf32(ta.z), a5 = cake_tf32(tb.z), a6 = cake_tf32(ta.w), a7 = cake_tf32(tb.w);
 #pragma unroll
