@@ -623,8 +623,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "chain-novt": BWD_CHAIN
         + [
             (
-                "Vt[cake_wg_idx<64>(v, tok)] = -rtf32(",
-                "if (0) Vt[cake_wg_idx<64>(v, tok)] = -rtf32(",
+                "Vt[((x & 1 ? vT1 : vT0) ^ hx(x)) + 256 * (x >> 2)] = -rtf32(",
+                "if (0) Vt[((x & 1 ? vT1 : vT0) ^ hx(x)) + 256 * (x >> 2)] = -rtf32(",
             )
         ],
     },

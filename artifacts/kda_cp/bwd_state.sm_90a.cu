@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:deca7bae16293f6fa2056efb9da41182e99755810cb50aa3c363558710135ea9
+// identity: sha256:cb4c74cba3cebdb0793b5a1883c930305d7cf64790fb65a077221e8e3f9627f3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -256,17 +256,11 @@ __device__ __forceinline__ float4 ld4(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);
 }
 
-// {T[k0][m], T[k0+1][m], T[k0+2][m], T[k0+3][m]} from a [k][m] tile of width 64 or 128.
+// {T[k0][m], T[k0+1][m], T[k0+2][m], T[k0+3][m]} of a [k][m] tile of width 64 or 128, from
+// p = &T[k0][m] (k0 % 4 = 0: rows k0..k0+3 share swt, so they lie WIDTH apart).
 template <int WIDTH>
-__device__ __forceinline__ float4 ldt4(const float* s, int k0, int m) {
-    float v[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        const int r = k0 + e;
-        const int idx = (WIDTH == 128 ? tr128(r, m >> 2) : tr64(r, m >> 2)) + (m & 3);
-        v[e] = s[idx];
-    }
-    return make_float4(v[0], v[1], v[2], v[3]);
+__device__ __forceinline__ float4 ldt4(const float* p) {
+    return make_float4(p[0], p[WIDTH], p[2 * WIDTH], p[3 * WIDTH]);
 }
 
 // A 16x8 by 16-deep product step; lane (g, t) holds reduction indices 4t..4t+3 of the 16 (first
@@ -280,6 +274,10 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
 }
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
+
+// The value in a register: keeps a thread's offsets computed once, where ptxas would recompute
+// them from tid at every use. No instruction.
+__device__ __forceinline__ int opaque(int x) { asm volatile("" : "+r"(x)); return x; }
 
 }  // namespace
 
@@ -333,10 +331,17 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         a[3] = __float_as_uint(p[o1 + 4 * M]);
     };
 
+    // A thread's elements: x's bits 0, 1 and 2-4 add column 1, row 8 and columns 8 (x >> 2). In
+    // the wgmma layout (cake_wg_idx) row 8 flips chunk bit 1 of every element here (^ 8), and the
+    // 8-column steps keep the swizzle (+ 256), so each tile's offsets are two per thread (column
+    // parity b) plus constants, where recomputing them per element cost registers and per-chunk
+    // instructions (identities checked exhaustively).
+    auto hx = [](int x) { return 8 * ((x >> 1) & 1); };  // the XOR of row + 8
+    const int oS = opaque((kd0 + 16 * w + g) * 128 + 2 * t);  // dS element (kd0 + row_of(0), col_of(0))
     float S[32];
 #pragma unroll
     for (int x = 0; x < 32; ++x)
-        S[x] = has_dht ? dht[state_base + (long long)(kd0 + row_of(x)) * 128 + col_of(x)] : 0.f;
+        S[x] = has_dht ? dht[state_base + oS + 128 * hx(x) + 8 * (x >> 2) + (x & 1)] : 0.f;
 
     // The tiles come in kda_fwd_state's image (cake/chunk_image.cuh): 128-byte rows (in pk order
     // for W and Kd^T) of 32-float panels, their 16-byte chunks swizzled by row % 8. Thread (row q =
@@ -348,6 +353,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     const int q8 = tid >> 3, cq = 4 * ((tid & 7) ^ (q8 & 7)), gI = 32 * q8 + 4 * (tid & 7);
     const int sKd = ag(64, cake_pk(q8), cq), sA = ag(64, q8, cq);
     const int sQ = ag(128, q8, cq), sW = ag(128, cake_pk(q8), cq);
+    const int rO = tid >> 3, sO = at_or(rO, tid & 7);
+    const long long gO = (long long)rO * tok_stride + (tid & 7) * 8;
     auto issue_a = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
 #pragma unroll
@@ -357,13 +364,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         for (int j = 0; j < 4; ++j)  // Aqk [64][64]: two panels of 64 rows
             cake_cp_async16(As + sA + 2048 * (j & 1) + 32 * (j >> 1), Aqk + wsi * 4096 + gI + 1024 * (j & 1) + 2048 * (j >> 1), 16);
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
+        const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int idx = tid + 256 * i, r = idx >> 3, cc = idx & 7;
-            const bool ok = r < L;
-            const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64 +
-                                        (ok ? (long long)r * tok_stride + cc * 8 : 0);
-            cake_cp_async16(Or + at_or(r, cc), src, ok ? 16 : 0);
+        for (int i = 0; i < 2; ++i) {  // dO: rows rO, rO + 32 (at_or reads r's low 3 bits)
+            const bool ok = rO + 32 * i < L;
+            cake_cp_async16(Or + sO + 2048 * i, src + (ok ? gO + 32 * i * tok_stride : 0), ok ? 16 : 0);
         }
     };
     auto issue_b = [&](int ci) {
@@ -376,14 +381,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         }
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
     };
+    const int sT0 = opaque(cake_wg_idx<64>(2 * t, kd0 + 16 * w + g)), sT1 = opaque(cake_wg_idx<64>(2 * t + 1, kd0 + 16 * w + g));
     auto store_st = [&]() {
 #pragma unroll
-        for (int x = 0; x < 32; ++x) St[cake_wg_idx<64>(col_of(x), kd0 + row_of(x))] = rtf32(S[x]);
+        for (int x = 0; x < 32; ++x) St[((x & 1 ? sT1 : sT0) ^ hx(x)) + 256 * (x >> 2)] = rtf32(S[x]);
     };
     auto store_global = [&](float* dst) {
 #pragma unroll
         for (int x = 0; x < 32; x += 2)
-            *reinterpret_cast<float2*>(dst + (long long)(kd0 + row_of(x)) * 128 + col_of(x)) = make_float2(S[x], S[x + 1]);
+            *reinterpret_cast<float2*>(dst + oS + 128 * hx(x) + 8 * (x >> 2)) = make_float2(S[x], S[x + 1]);
     };
 
     if (nc > 0) {
@@ -393,6 +399,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         cake_cp_async_commit();
     }
     store_st();
+    // dO conversion: staging chunk (tid & 63, tid >> 6) (+ 4: ^ 32); dO^T rows 8 (tid >> 6) + j
+    // (row % 8 = j flips chunk bits: ^ 4j), column tid & 63.
+    const int oR = opaque(at_or(tid & 63, tid >> 6)), oT = opaque(cake_wg_idx<64>(8 * (tid >> 6), tid & 63));
+    // -dVn^T element (row vw + col_of(x), column row_of(x)), dVn (row_of(0), vw + col_of(0)).
+    const int vw = 32 * __shfl_sync(0xffffffff, wg, 0);  // warp-uniform to ptxas: phase A's descriptors
+    const int vT0 = opaque(cake_wg_idx<64>(vw + 2 * t, 16 * w + g)), vT1 = opaque(cake_wg_idx<64>(vw + 2 * t + 1, 16 * w + g));
+    const int oV = opaque((16 * w + g) * 128 + vw + 2 * t);
 
 #pragma unroll 1
     for (int i = nc - 1; i >= 0; --i) {
@@ -403,13 +416,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         // dO (bf16, rows >= L already zero) -> dO^T fp32 in the wgmma layout (bf16 is exact in TF32).
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
-            const int idx = tid + 256 * x, r = idx & 63, cc = idx >> 6;
-            const uint4 p = *reinterpret_cast<const uint4*>(Or + at_or(r, cc));
+            const uint4 p = *reinterpret_cast<const uint4*>(Or + (oR ^ (32 * x)));
             const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                Ot[cake_wg_idx<64>(cc * 8 + 2 * e, r)] = cake_bf16_lo(w4[e]);
-                Ot[cake_wg_idx<64>(cc * 8 + 2 * e + 1, r)] = cake_bf16_hi(w4[e]);
+                Ot[(oT ^ (8 * e)) + 64 * e + 1024 * x] = cake_bf16_lo(w4[e]);
+                Ot[(oT ^ (8 * e + 4)) + 64 * e + 32 + 1024 * x] = cake_bf16_hi(w4[e]);
             }
         }
         cake_fence_proxy_async();  // dO^T and dS^T (generic stores) -> wgmma's reads
@@ -423,7 +435,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         float acc[16];
 #pragma unroll
         for (int x = 0; x < 16; ++x) acc[x] = 0.f;
-        const int vw = 32 * wg;
         cake_wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
@@ -440,14 +451,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         cake_wgmma_commit();
         cake_wgmma_wait<0>();
         {
-            float* out = dVn + wsi * 8192 + vb * 64;
+            float* out = dVn + wsi * 8192 + vb * 64 + oV;
 #pragma unroll
             for (int x = 0; x < 16; ++x) {
-                const int tok = row_of(x), v = vw + col_of(x);
                 if (dVn != nullptr && (x & 1) == 0)
-                    *reinterpret_cast<float2*>(out + tok * 128 + v) = make_float2(acc[x], acc[x + 1]);
+                    *reinterpret_cast<float2*>(out + 128 * hx(x) + 8 * (x >> 2)) = make_float2(acc[x], acc[x + 1]);
                 // Negated so that phase B only adds: -W^T dVn = W^T (-dVn), negation is exact.
-                Vt[cake_wg_idx<64>(v, tok)] = -rtf32(acc[x]);
+                Vt[((x & 1 ? vT1 : vT0) ^ hx(x)) + 256 * (x >> 2)] = -rtf32(acc[x]);
             }
         }
         __syncthreads();  // every read of Ks / As / Or done

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:9f75ae8e810fac804b3073b76f5ac257da0611203116f027b0ba4e2999b801f7
+// identity: sha256:371011732ba01fd67fb895555cbbe93ce2a33fd7c7a6096e3b870e362472c6a3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -119,17 +119,11 @@ __device__ __forceinline__ float4 ld4(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);
 }
 
-// {T[k0][m], T[k0+1][m], T[k0+2][m], T[k0+3][m]} from a [k][m] tile of width 64 or 128.
+// {T[k0][m], T[k0+1][m], T[k0+2][m], T[k0+3][m]} of a [k][m] tile of width 64 or 128, from
+// p = &T[k0][m] (k0 % 4 = 0: rows k0..k0+3 share swt, so they lie WIDTH apart).
 template <int WIDTH>
-__device__ __forceinline__ float4 ldt4(const float* s, int k0, int m) {
-    float v[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        const int r = k0 + e;
-        const int idx = (WIDTH == 128 ? tr128(r, m >> 2) : tr64(r, m >> 2)) + (m & 3);
-        v[e] = s[idx];
-    }
-    return make_float4(v[0], v[1], v[2], v[3]);
+__device__ __forceinline__ float4 ldt4(const float* p) {
+    return make_float4(p[0], p[WIDTH], p[2 * WIDTH], p[3 * WIDTH]);
 }
 
 // A 16x8 by 16-deep product step; lane (g, t) holds reduction indices 4t..4t+3 of the 16 (first
@@ -143,6 +137,10 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
 }
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
+
+// The value in a register: keeps a thread's offsets computed once, where ptxas would recompute
+// them from tid at every use. No instruction.
+__device__ __forceinline__ int opaque(int x) { asm volatile("" : "+r"(x)); return x; }
 
 }  // namespace
 
@@ -174,64 +172,70 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // dS tile in registers (mma accumulator layout), as kda_fwd_state holds S: K rows
     // kr0 + 16 mi + g (+8), value columns vc0 + 8 ni + 2t (+1) of this block's 64.
     const int kr0 = 32 * (warp >> 1), vc0 = 32 * (warp & 1);
+    // Every per-element offset below is this thread's first one plus constants (XOR-ed with
+    // constants where a swizzle flips bits): the swizzles read only row / column bits that the
+    // thread's elements share (identities checked exhaustively; recomputing them per element and
+    // per chunk was most of the loop's integer work).
+    const int oS = opaque((kr0 + g) * 128 + vc0 + 2 * t);  // dS element (kr0 + g, vc0 + 2t) in [128][128]
     float S[2][4][4];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
+            const int o = oS + 2048 * mi + 8 * ni;
             float2 lo = make_float2(0.f, 0.f), hi = make_float2(0.f, 0.f);
             if (has_dht) {
-                lo = *reinterpret_cast<const float2*>(dht + state_base + (long long)r * 128 + col);
-                hi = *reinterpret_cast<const float2*>(dht + state_base + (long long)(r + 8) * 128 + col);
+                lo = *reinterpret_cast<const float2*>(dht + state_base + o);
+                hi = *reinterpret_cast<const float2*>(dht + state_base + o + 1024);
             }
             S[mi][ni][0] = lo.x; S[mi][ni][1] = lo.y; S[mi][ni][2] = hi.x; S[mi][ni][3] = hi.y;
         }
 
-    // Load group A (Kd^T, Aqk, dO): needed by phase A, free again after it.
+    // Load group A (Kd^T, Aqk, dO): needed by phase A, free again after it. Kd^T and Aqk: rows
+    // rA + 16 i (tr64 reads r's bits 2-3), chunk cA; dO: rows rO, rO + 32 (at_or reads r's low 3
+    // bits), chunk cO.
+    const int rA = tid >> 4, cA = tid & 15, sA = tr64(rA, cA), gA = opaque(rA * 64 + cA * 4);
+    const int rO = tid >> 3, cO = tid & 7, sO = at_or(rO, cO);
+    const long long gO = (long long)rO * tok_stride + cO * 8;
     auto issue_a = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
+        const float* kd = Kd + wsi * 8192 + gA;
+        const float* aq = Aqk + wsi * 4096 + gA;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int idx = tid + 256 * i, r = idx >> 4, cc = idx & 15;
-            cake_cp_async16(Ks + tr64(r, cc), Kd + wsi * 8192 + r * 64 + cc * 4, 16);
-        }
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + sA + 1024 * i, kd + 1024 * i, 16);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int idx = tid + 256 * i, r = idx >> 4, cc = idx & 15;
-            cake_cp_async16(As + tr64(r, cc), Aqk + wsi * 4096 + r * 64 + cc * 4, 16);
-        }
+        for (int i = 0; i < 4; ++i) cake_cp_async16(As + sA + 1024 * i, aq + 1024 * i, 16);
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
+        const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            const int idx = tid + 256 * i, r = idx >> 3, cc = idx & 7;
-            const bool ok = r < L;
-            const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64 +
-                                        (ok ? (long long)r * tok_stride + cc * 8 : 0);
-            cake_cp_async16(Or + at_or(r, cc), src, ok ? 16 : 0);
+            const bool ok = rO + 32 * i < L;
+            cake_cp_async16(Or + sO + 2048 * i, src + (ok ? gO + 32 * i * tok_stride : 0), ok ? 16 : 0);
         }
     };
-    // Load group B (Qg, W, gl): needed by phase B, free again after it.
+    // Load group B (Qg, W, gl): needed by phase B, free again after it. Rows rB + 8 j, chunk cB:
+    // odd j set r's bit 3, which flips tr128's chunk bit 2 (offset ^ 16).
+    const int rB = tid >> 5, cB = tid & 31, sB = tr128(rB, cB), gB = opaque(rB * 128 + cB * 4);
     auto issue_b = [&](int ci) {
-        const long long base = ((long long)ci * H + h) * 8192;
+        const long long base = ((long long)ci * H + h) * 8192 + gB;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            const int idx = tid + 256 * i;
-            const int which = idx >> 11, r = (idx >> 5) & 63, cc = idx & 31;
-            cake_cp_async16((which ? Ws : Qs) + tr128(r, cc), (which ? W : Qg) + base + r * 128 + cc * 4, 16);
-        }
+        for (int j = 0; j < 8; ++j) cake_cp_async16(Qs + (sB ^ (16 * (j & 1))) + 1024 * j, Qg + base + 1024 * j, 16);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) cake_cp_async16(Ws + (sB ^ (16 * (j & 1))) + 1024 * j, W + base + 1024 * j, 16);
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
     };
+    // dS^T element (column kr0 + 16 mi + g + 8 h, row vc0 + 8 ni + 2t + b): sw reads the row's low
+    // 3 bits (2t + b), and mi, h set chunk bits 2, 1 that g and kr0 leave clear.
+    const int sT0 = opaque(el128(vc0 + 2 * t, kr0 + g)), sT1 = opaque(el128(vc0 + 2 * t + 1, kr0 + g));
     auto store_st = [&]() {
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) {
-                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                St[el128(col, r)] = rtf32(S[mi][ni][0]);
-                St[el128(col + 1, r)] = rtf32(S[mi][ni][1]);
-                St[el128(col, r + 8)] = rtf32(S[mi][ni][2]);
-                St[el128(col + 1, r + 8)] = rtf32(S[mi][ni][3]);
+                St[(sT0 ^ (16 * mi)) + 1024 * ni] = rtf32(S[mi][ni][0]);
+                St[(sT1 ^ (16 * mi)) + 1024 * ni] = rtf32(S[mi][ni][1]);
+                St[(sT0 ^ (16 * mi + 8)) + 1024 * ni] = rtf32(S[mi][ni][2]);
+                St[(sT1 ^ (16 * mi + 8)) + 1024 * ni] = rtf32(S[mi][ni][3]);
             }
     };
     auto store_global = [&](float* dst) {
@@ -239,9 +243,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) {
-                const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                *reinterpret_cast<float2*>(dst + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
-                *reinterpret_cast<float2*>(dst + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
+                float* d = dst + oS + 2048 * mi + 8 * ni;
+                *reinterpret_cast<float2*>(d) = make_float2(S[mi][ni][0], S[mi][ni][1]);
+                *reinterpret_cast<float2*>(d + 1024) = make_float2(S[mi][ni][2], S[mi][ni][3]);
             }
     };
 
@@ -253,8 +257,21 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     }
     store_st();
 
-    // Phase-A roles: dVn rows tb..tb+15 (tokens), value columns vc..vc+31.
+    // Phase-A roles: dVn rows tb..tb+15 (tokens), value columns vc..vc+31 (vc = vc0).
     const int tb = 16 * (warp >> 1), vc = 32 * (warp & 1);
+    // A gathers (rows 16 kp + 4t + e: swt = 2t): element e of row block kp at aA + 1024 kp + 64 e
+    // (column tb + g; + 8 sets chunk bit 1: ^ 8). B rows vc + 8 ni + g (sw(g)), chunks 4 kp + t:
+    // odd kp flips chunk bit 2 (^ 16), kp / 2 adds 8 chunks.
+    const int aA = opaque(tr64(4 * t, (tb + g) >> 2) + (g & 3));
+    const int bO = opaque(at64(vc + g, t)), bS = opaque(at128(vc + g, t));
+    // dO conversion: staging chunk (tid & 63, tid >> 6) (+ 4: ^ 32); dO^T rows 8 (tid >> 6) + j
+    // (sw(j)), column tid & 63.
+    const int oR = opaque(at_or(tid & 63, tid >> 6)), oT = opaque(el64(8 * (tid >> 6), tid & 63));
+    // -dVn^T element (row vc + 8 ni + 2t + b, column tb + g + 8 h), dVn (tb + g, vc + 2t).
+    const int vT0 = opaque(el64(vc + 2 * t, tb + g)), vT1 = opaque(el64(vc + 2 * t + 1, tb + g));
+    const int oV = opaque((tb + g) * 128 + vc + 2 * t);
+    // B gathers of phase B (columns kr0 + 16 mi + g + 8 h: chunk bits 2, 1 clear before).
+    const int aB = opaque(tr128(4 * t, (kr0 + g) >> 2) + (g & 3));
 
 #pragma unroll 1
     for (int i = nc - 1; i >= 0; --i) {
@@ -267,20 +284,19 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         // transposed scalar stores are both conflict-free.
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
-            const int idx = tid + 256 * x, r = idx & 63, cc = idx >> 6;
-            const uint4 p = *reinterpret_cast<const uint4*>(Or + at_or(r, cc));
+            const uint4 p = *reinterpret_cast<const uint4*>(Or + (oR ^ (32 * x)));
             const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                Ot[el64(cc * 8 + 2 * e, r)] = cake_bf16_lo(w4[e]);
-                Ot[el64(cc * 8 + 2 * e + 1, r)] = cake_bf16_hi(w4[e]);
+                Ot[(oT ^ (4 * sw(2 * e))) + 64 * (2 * e) + 2048 * x] = cake_bf16_lo(w4[e]);
+                Ot[(oT ^ (4 * sw(2 * e + 1))) + 64 * (2 * e + 1) + 2048 * x] = cake_bf16_hi(w4[e]);
             }
         }
         __syncthreads();
         // The gradient of this chunk's END state, before the chunk updates it: four float2 stores
         // per kp step of Phase A's first product, so the store queue drains under the mma instead
         // of stalling every warp in one burst (ncu, session 4).
-        float* const ds_out = dS_end != nullptr ? dS_end + wsi * 16384 + vb * 64 : nullptr;
+        float* const ds_out = dS_end != nullptr ? dS_end + wsi * 16384 + vb * 64 + oS : nullptr;
 
         // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values). Aqk^T[i][j] = Aqk[j][i] is
         // nonzero only for j >= i, so row block tb reads token blocks kp >= tb / 16.
@@ -295,40 +311,38 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 #pragma unroll
                 for (int x = 0; x < 2; ++x) {
                     const int mi = kp >> 1, ni = 2 * (kp & 1) + x;
-                    const int r = kr0 + 16 * mi + g, col = vc0 + 8 * ni + 2 * t;
-                    *reinterpret_cast<float2*>(ds_out + (long long)r * 128 + col) = make_float2(S[mi][ni][0], S[mi][ni][1]);
-                    *reinterpret_cast<float2*>(ds_out + (long long)(r + 8) * 128 + col) = make_float2(S[mi][ni][2], S[mi][ni][3]);
+                    float* d = ds_out + 2048 * mi + 8 * ni;
+                    *reinterpret_cast<float2*>(d) = make_float2(S[mi][ni][0], S[mi][ni][1]);
+                    *reinterpret_cast<float2*>(d + 1024) = make_float2(S[mi][ni][2], S[mi][ni][3]);
                 }
             }
             if (16 * kp >= tb) {
-                const float4 alo = ldt4<64>(As, 16 * kp + 4 * t, tb + g);
-                const float4 ahi = ldt4<64>(As, 16 * kp + 4 * t, tb + g + 8);
+                const float4 alo = ldt4<64>(As + aA + 1024 * kp), ahi = ldt4<64>(As + (aA ^ 8) + 1024 * kp);
 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni) mma_k16(acc[ni], alo, ahi, ld4(Ot, at64(vc + 8 * ni + g, 4 * kp + t)));
+                for (int ni = 0; ni < 4; ++ni)
+                    mma_k16(acc[ni], alo, ahi, ld4(Ot, (bO ^ (16 * (kp & 1))) + 512 * ni + 32 * (kp >> 1)));
             }
         }
 #pragma unroll 2
         for (int kp = 0; kp < 8; ++kp) {
-            const float4 alo = ldt4<64>(Ks, 16 * kp + 4 * t, tb + g);
-            const float4 ahi = ldt4<64>(Ks, 16 * kp + 4 * t, tb + g + 8);
+            const float4 alo = ldt4<64>(Ks + aA + 1024 * kp), ahi = ldt4<64>(Ks + (aA ^ 8) + 1024 * kp);
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) mma_k16(acc[ni], alo, ahi, ld4(St, at128(vc + 8 * ni + g, 4 * kp + t)));
+            for (int ni = 0; ni < 4; ++ni)
+                mma_k16(acc[ni], alo, ahi, ld4(St, (bS ^ (16 * (kp & 1))) + 1024 * ni + 32 * (kp >> 1)));
         }
         {
-            float* out = dVn + wsi * 8192 + vb * 64;
-            const int r = tb + g;
+            float* out = dVn + wsi * 8192 + vb * 64 + oV;
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) {
-                const int col = vc + 8 * ni + 2 * t;
                 if (dVn != nullptr) {
-                    *reinterpret_cast<float2*>(out + r * 128 + col) = make_float2(acc[ni][0], acc[ni][1]);
-                    *reinterpret_cast<float2*>(out + (r + 8) * 128 + col) = make_float2(acc[ni][2], acc[ni][3]);
+                    *reinterpret_cast<float2*>(out + 8 * ni) = make_float2(acc[ni][0], acc[ni][1]);
+                    *reinterpret_cast<float2*>(out + 8 * ni + 1024) = make_float2(acc[ni][2], acc[ni][3]);
                 }
                 // Negated so that phase B only adds: -W^T dVn = W^T (-dVn), negation is exact.
-                Vt[el64(col, r)] = -rtf32(acc[ni][0]);
-                Vt[el64(col + 1, r)] = -rtf32(acc[ni][1]);
-                Vt[el64(col, r + 8)] = -rtf32(acc[ni][2]);
-                Vt[el64(col + 1, r + 8)] = -rtf32(acc[ni][3]);
+                Vt[vT0 + 512 * ni] = -rtf32(acc[ni][0]);
+                Vt[vT1 + 512 * ni] = -rtf32(acc[ni][1]);
+                Vt[(vT0 ^ 8) + 512 * ni] = -rtf32(acc[ni][2]);
+                Vt[(vT1 ^ 8) + 512 * ni] = -rtf32(acc[ni][3]);
             }
         }
         __syncthreads();
@@ -355,11 +369,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             for (int kp = 0; kp < 4; ++kp) {
                 float4 b4[4];
 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Bsrc, at64(vc0 + 8 * ni + g, 4 * kp + t));
+                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Bsrc, (bO ^ (16 * (kp & 1))) + 512 * ni + 32 * (kp >> 1));
 #pragma unroll
                 for (int mi = 0; mi < 2; ++mi) {
-                    const float4 alo = ldt4<128>(Asrc, 16 * kp + 4 * t, kr0 + 16 * mi + g);
-                    const float4 ahi = ldt4<128>(Asrc, 16 * kp + 4 * t, kr0 + 16 * mi + g + 8);
+                    const float4 alo = ldt4<128>(Asrc + (aB ^ (16 * mi)) + 2048 * kp);
+                    const float4 ahi = ldt4<128>(Asrc + (aB ^ (16 * mi + 8)) + 2048 * kp);
 #pragma unroll
                     for (int ni = 0; ni < 4; ++ni) mma_k16(S[mi][ni], alo, ahi, b4[ni]);
                 }
