@@ -202,3 +202,24 @@ def test_ablate_build_refuses_a_name_it_does_not_know(monkeypatch, tmp_path):
     with pytest.raises(SystemExit, match="fwd_state.sm_90a:nosuch"):
         ablate.build(tmp_path, ["fwd_state.sm_90a:nokd", "fwd_state.sm_90a:nosuch"])
     assert built == []  # nothing built before the check
+
+
+def test_ncu_phases_static_report_counts_each_instruction_once():
+    """--static (no device): every SASS instruction of the build lands in one section and one
+    source line, and the whole-kernel row counts them, their integer share and their moves."""
+    import ncu_phases  # noqa: PLC0415
+    from test_compile import nvdisasm  # noqa: PLC0415
+
+    tool = nvdisasm()
+    if tool is None:
+        pytest.skip("no nvdisasm (pip install nvidia-cuda-nvdisasm)")
+    art = Path(__file__).resolve().parent.parent / "artifacts/kda_det/gate.gate-g.sm_90a.cu"
+    listing = ncu_phases.sass_listing(art, "sm_90a", tool)
+    assert listing and all(line > 0 for line, _ in listing)
+    rows = ncu_phases.static_report(art, "sm_90a", tool, top=2).splitlines()
+    whole = next(r for r in rows if r.startswith("whole kernel")).split()[2:]
+    ints = sum(ncu_phases.kind(insn) == "int" for _, insn in listing)
+    moves = sum(ncu_phases.is_move(insn) for _, insn in listing)
+    assert [int(x) for x in whole] == [len(listing), ints, moves]
+    section_rows = rows[1 : rows.index(next(r for r in rows if r.startswith("whole kernel")))]
+    assert sum(int(r.split()[-3]) for r in section_rows) == len(listing)

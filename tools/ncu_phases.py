@@ -13,6 +13,12 @@ arithmetic, tensor-core, shared-memory loads / stores, TF32 conversions, float, 
 With --lines N, the N source lines (outermost call site) that executed the most instructions,
 with their share of the samples and their integer share: where a section's instructions come from.
 
+Without a csv (`--static`), the same tables from the local build alone: static instructions per
+section and per source line, with their integer share and their register moves (MOV, IMAD.MOV:
+the A quads mma.sync reads from consecutive registers), no device needed:
+
+  here:           python tools/ncu_phases.py --static --lines 20 artifacts/kda_det/fwd_chunk.gate-g.l2n-off.sm_90a.cu
+
 The hot column counts the section's static SASS instructions that ran at all (16 bytes each): the
 instruction-cache footprint.
 
@@ -58,20 +64,24 @@ STALLS = (
 )
 
 
-def sass_lines(artifact: Path, arch: str, nvdisasm: str) -> list[int]:
-    """The source line of each SASS instruction, in address order (outermost call site)."""
+def sass_listing(artifact: Path, arch: str, nvdisasm: str) -> list[tuple[int, str]]:
+    """Each SASS instruction, in address order, with its source line (outermost call site)."""
     import cake.compile as cc
     from cake.spec import Arch
 
-    cc.FLAGS = (*cc.FLAGS, "-lineinfo")
-    out = cc.compile_source(artifact.read_text(), Arch(arch), "main")
+    flags = cc.FLAGS
+    cc.FLAGS = (*flags, "-lineinfo")  # the same code, with a line table
+    try:
+        out = cc.compile_source(artifact.read_text(), Arch(arch), "main")
+    finally:
+        cc.FLAGS = flags
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(out.cubin)
         f.flush()
         text = subprocess.run(
             [nvdisasm, "-gi", "-c", f.name], capture_output=True, text=True, check=True
         ).stdout
-    lines, cur = [], 0
+    listing, cur = [], 0
     for row in text.splitlines():
         m = LINE.search(row)
         if m:
@@ -79,8 +89,13 @@ def sass_lines(artifact: Path, arch: str, nvdisasm: str) -> list[int]:
             at = re.findall(r'inlined at "[^"]*", line (\d+)', row)
             cur = int(at[-1]) if at else int(m.group(1))
         elif INSN.match(row):
-            lines.append(cur)
-    return lines
+            listing.append((cur, INSN.sub("", row).strip().rstrip(" ;")))
+    return listing
+
+
+def sass_lines(artifact: Path, arch: str, nvdisasm: str) -> list[int]:
+    """The source line of each SASS instruction, in address order (outermost call site)."""
+    return [line for line, _ in sass_listing(artifact, arch, nvdisasm)]
 
 
 # SASS opcode (first dotted part) -> kind, for --ops; anything else counts as "other".
@@ -132,6 +147,43 @@ def kind(source: str) -> str:
     return KIND_OF.get(op.split(".")[0], "other")
 
 
+def is_move(source: str) -> bool:
+    words = source.split()
+    op = words[1] if words and words[0].startswith("@") and len(words) > 1 else (words or [""])[0]
+    return op == "MOV" or op.startswith("IMAD.MOV")
+
+
+def static_report(artifact: Path, arch: str, nvdisasm: str, top: int) -> str:
+    """Static SASS instructions per section and (top N) per source line: total, integer, moves."""
+    listing = sass_listing(artifact, arch, nvdisasm)
+    secs = sections(artifact)
+    starts = [s for s, _ in secs]
+    per_sec: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    per_line: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0])
+    for line, insn in listing:
+        counts = (1, kind(insn) == "int", is_move(insn))
+        for agg in (per_sec[max(0, bisect.bisect_right(starts, line) - 1)], per_line[line]):
+            for j, c in enumerate(counts):
+                agg[j] += c
+    out = [f"{'section':42s} {'static':>6s} {'int':>5s} {'moves':>5s}"]
+    out += [
+        f"{name:42s} {per_sec[i][0]:6d} {per_sec[i][1]:5d} {per_sec[i][2]:5d}"
+        for i, (_, name) in enumerate(secs)
+        if per_sec[i][0]
+    ]
+    total = [sum(v[j] for v in per_sec.values()) for j in range(3)]
+    out.append(f"{'whole kernel':42s} {total[0]:6d} {total[1]:5d} {total[2]:5d}")
+    if top:
+        text = artifact.read_text().splitlines()
+        out.append(
+            f"\n{'line':>5s} {'static':>6s} {'int':>5s} {'moves':>5s}  source (largest lines)"
+        )
+        for line, (n, ni, nm) in sorted(per_line.items(), key=lambda kv: -kv[1][0])[:top]:
+            src = text[line - 1].strip()[:90] if 0 < line <= len(text) else ""
+            out.append(f"{line:5d} {n:6d} {ni:5d} {nm:5d}  {src}")
+    return "\n".join(out)
+
+
 def sections(artifact: Path) -> list[tuple[int, str]]:
     out = [(0, "(prologue)")]
     for n, row in enumerate(artifact.read_text().splitlines(), 1):
@@ -142,8 +194,11 @@ def sections(artifact: Path) -> list[tuple[int, str]]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("csv")
+    p.add_argument("csv", nargs="?", help="ncu's source page export (omit with --static)")
     p.add_argument("artifact", type=Path)
+    p.add_argument(
+        "--static", action="store_true", help="static counts from the local build, no csv"
+    )
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--nvdisasm", default="nvdisasm")
     p.add_argument(
@@ -153,6 +208,13 @@ def main() -> None:
         "--lines", type=int, default=0, metavar="N", help="also the N busiest source lines"
     )
     a = p.parse_args()
+    if a.static:
+        if a.csv is not None:
+            p.error("--static reads no csv: give the artifact only")
+        print(static_report(a.artifact, a.arch, a.nvdisasm, a.lines))
+        return
+    if a.csv is None:
+        p.error("a csv (ncu's source page export) is needed, or --static")
     opener = gzip.open if a.csv.endswith(".gz") else open
     with opener(a.csv, "rt") as f:
         rows = list(csv.reader(f))
