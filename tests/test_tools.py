@@ -223,3 +223,21 @@ def test_ncu_phases_static_report_counts_each_instruction_once():
     assert [int(x) for x in whole] == [len(listing), ints, moves]
     section_rows = rows[1 : rows.index(next(r for r in rows if r.startswith("whole kernel")))]
     assert sum(int(r.split()[-3]) for r in section_rows) == len(listing)
+
+
+def test_bench_seeds_the_triton_cache_with_kept_autotuning_results_without_overwriting(tmp_path):
+    from bench import seed_triton_cache  # noqa: PLC0415
+
+    tuned, cache = tmp_path / "tuned", tmp_path / "cache"
+    (tuned / "abc").mkdir(parents=True)
+    (tuned / "abc" / "chunk_fwd.autotune.json").write_text('{"configs": 1}')
+    (tuned / "def").mkdir()
+    (tuned / "def" / "kernel.autotune.json").write_text('{"configs": 2}')
+    (tuned / "README.md").write_text("not a result")
+    (cache / "def").mkdir(parents=True)
+    (cache / "def" / "kernel.autotune.json").write_text('{"configs": "newer"}')
+    assert seed_triton_cache(cache, tuned) == 1
+    assert (cache / "abc" / "chunk_fwd.autotune.json").read_text() == '{"configs": 1}'
+    assert (cache / "def" / "kernel.autotune.json").read_text() == '{"configs": "newer"}'
+    assert not (cache / "README.md").exists()
+    assert seed_triton_cache(cache, tmp_path / "absent") == 0

@@ -27,7 +27,9 @@ for step in $steps; do
     accuracy) timeout 400 python3 tools/bench.py --accuracy --acc-cases g-mixed-off,g-fast-off,g-slow-off,g-slow-fused,g-extreme-off,raw-lb-off,raw-lb-fused --acc-paths ${PATHS_:-saved} $TCACHE --json "$OUT/accuracy.json" 2>&1 | tee "$OUT/accuracy.log" | tail -30 ;;
     speed) timeout ${SPEED_S:-400} python3 tools/bench.py --rows ${ROWS:-1doc,4doc,R2,m2} --ops ${OPS_:-fwd} --variants ${VARIANTS:-g:off:saved,g:fused:saved,raw:off:saved,raw:fused:saved} $TCACHE --json "$OUT/speed.json" 2>&1 | tee "$OUT/speed.log" | tail -40 ;;
     fla-cache) # FLA's autotuning, once per row and variant, kept for later calls: bring back
-      # $OUT/tcache.tgz, unpack it here (tar -xzf ... -C <repo>) and carry .tcache from then on
+      # $OUT/tcache.tgz and unpack its results into tools/fla_autotune (mkdir -p /tmp/t && tar
+      # -xzf tcache.tgz -C /tmp/t && cp -r /tmp/t/.tcache/. tools/fla_autotune/), then commit
+      # them: bench.py --triton-cache seeds its cache from there in every later checkout
       timeout ${SPEED_S:-500} python3 tools/bench.py --impl fla --rows ${ROWS:-1doc,4doc,R2,m2} --ops fwd+bwd --variants ${VARIANTS:-all} --samples 1 --calls 1 $TCACHE 2>&1 | tail -5
       tuned=$(find .tcache -name '*autotune*')
       echo "triton cache: $(du -sh .tcache | cut -f1), $(find .tcache -type f | wc -l) files, $(echo -n "$tuned" | grep -c .) autotuning results"
