@@ -135,21 +135,20 @@ KINDS = {
 KIND_OF = {op: k for k, ops in KINDS.items() for op in ops}
 
 
-def kind(source: str) -> str:
+def opcode(source: str) -> str:
+    """The instruction's opcode with its modifiers (IMAD.MOV.U32), past any predicate."""
     words = source.split()
-    op = (
-        words[1]
-        if words and words[0].startswith("@") and len(words) > 1
-        else words[0]
-        if words
-        else ""
-    )
-    return KIND_OF.get(op.split(".")[0], "other")
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0] if words else ""
+
+
+def kind(source: str) -> str:
+    return KIND_OF.get(opcode(source).split(".")[0], "other")
 
 
 def is_move(source: str) -> bool:
-    words = source.split()
-    op = words[1] if words and words[0].startswith("@") and len(words) > 1 else (words or [""])[0]
+    op = opcode(source)
     return op == "MOV" or op.startswith("IMAD.MOV")
 
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:8950f241759966c220b5f08998d6cd0dc563b0de43b88a33056ac42dc0cc8ba1
+// identity: sha256:4899f97638fd5e0ab3d7b25b5e3dab4e23251254bf3c52ad4e3e7e46f6dde1c5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -267,6 +267,16 @@ __device__ __forceinline__ float4 cake_gamma_add(float4 acc, float4 x, float4 bi
                        cake_gamma_step<kGate>(acc.w, x.w, bias.w, ea, lower_bound));
 }
 // ---- end cake/gate.cuh ----
+// ---- begin cake/opaque.cuh ----
+// x through an empty asm: the compiler cannot see through it, so what a thread derives from x
+// (its shared-memory offsets) is computed once where written, not recomputed from tid at every
+// use nor kept live across a phase or a loop that re-derives it (register pressure). No
+// instruction.
+__device__ __forceinline__ int cake_opaque(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+// ---- end cake/opaque.cuh ----
 
 namespace {
 
@@ -418,8 +428,6 @@ __device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, const 
 // Compiler-only fence: shared-memory loads after it are not hoisted above it, which bounds how many
 // elements' operands an unrolled epilogue keeps in flight (register pressure). No instruction.
 __device__ __forceinline__ void cake_sched_fence() { asm volatile("" ::: "memory"); }
-
-__device__ __forceinline__ int cake_opaque(int x) { asm volatile("" : "+r"(x)); return x; }
 
 __device__ __forceinline__ void zero16(float (&a)[4][4]) {
 #pragma unroll

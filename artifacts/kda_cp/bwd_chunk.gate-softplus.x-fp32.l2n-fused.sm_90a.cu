@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:a2bf7b9293d50c3e1e96eee2de4451947e824ec43ca58b3180bc457292c669e9
+// identity: sha256:e13c6f354ffdb4e93cacc7f78c82b93d39ad1803833562441ca5eb360ddc85d6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -267,6 +267,16 @@ __device__ __forceinline__ float4 cake_gamma_add(float4 acc, float4 x, float4 bi
                        cake_gamma_step<kGate>(acc.w, x.w, bias.w, ea, lower_bound));
 }
 // ---- end cake/gate.cuh ----
+// ---- begin cake/opaque.cuh ----
+// x through an empty asm: the compiler cannot see through it, so what a thread derives from x
+// (its shared-memory offsets) is computed once where written, not recomputed from tid at every
+// use nor kept live across a phase or a loop that re-derives it (register pressure). No
+// instruction.
+__device__ __forceinline__ int cake_opaque(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+// ---- end cake/opaque.cuh ----
 
 namespace {
 
@@ -418,8 +428,6 @@ __device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, const 
 // Compiler-only fence: shared-memory loads after it are not hoisted above it, which bounds how many
 // elements' operands an unrolled epilogue keeps in flight (register pressure). No instruction.
 __device__ __forceinline__ void cake_sched_fence() { asm volatile("" ::: "memory"); }
-
-__device__ __forceinline__ int cake_opaque(int x) { asm volatile("" : "+r"(x)); return x; }
 
 __device__ __forceinline__ void zero16(float (&a)[4][4]) {
 #pragma unroll

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:cb4c74cba3cebdb0793b5a1883c930305d7cf64790fb65a077221e8e3f9627f3
+// identity: sha256:0a22173060ab166c3a695b16ffdce94879040ce1517acc76f2a18cb9bfe96700
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -93,6 +93,16 @@ __device__ __forceinline__ void cake_prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
+// ---- begin cake/opaque.cuh ----
+// x through an empty asm: the compiler cannot see through it, so what a thread derives from x
+// (its shared-memory offsets) is computed once where written, not recomputed from tid at every
+// use nor kept live across a phase or a loop that re-derives it (register pressure). No
+// instruction.
+__device__ __forceinline__ int cake_opaque(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+// ---- end cake/opaque.cuh ----
 // ---- begin cake/wgmma.cuh ----
 // Warpgroup matrix multiply (wgmma, sm_90a only) on tf32 operands in shared memory; the layout,
 // descriptors and fragment map are docs/wgmma-plan.md's, checked alone by tests/cuda/wgmma_probe.cu.
@@ -275,10 +285,6 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
-// The value in a register: keeps a thread's offsets computed once, where ptxas would recompute
-// them from tid at every use. No instruction.
-__device__ __forceinline__ int opaque(int x) { asm volatile("" : "+r"(x)); return x; }
-
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
@@ -337,7 +343,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // parity b) plus constants, where recomputing them per element cost registers and per-chunk
     // instructions (identities checked exhaustively).
     auto hx = [](int x) { return 8 * ((x >> 1) & 1); };  // the XOR of row + 8
-    const int oS = opaque((kd0 + 16 * w + g) * 128 + 2 * t);  // dS element (kd0 + row_of(0), col_of(0))
+    const int oS = cake_opaque((kd0 + 16 * w + g) * 128 + 2 * t);  // dS element (kd0 + row_of(0), col_of(0))
     float S[32];
 #pragma unroll
     for (int x = 0; x < 32; ++x)
@@ -381,7 +387,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         }
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
     };
-    const int sT0 = opaque(cake_wg_idx<64>(2 * t, kd0 + 16 * w + g)), sT1 = opaque(cake_wg_idx<64>(2 * t + 1, kd0 + 16 * w + g));
+    const int sT0 = cake_opaque(cake_wg_idx<64>(2 * t, kd0 + 16 * w + g)), sT1 = cake_opaque(cake_wg_idx<64>(2 * t + 1, kd0 + 16 * w + g));
     auto store_st = [&]() {
 #pragma unroll
         for (int x = 0; x < 32; ++x) St[((x & 1 ? sT1 : sT0) ^ hx(x)) + 256 * (x >> 2)] = rtf32(S[x]);
@@ -401,11 +407,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     store_st();
     // dO conversion: staging chunk (tid & 63, tid >> 6) (+ 4: ^ 32); dO^T rows 8 (tid >> 6) + j
     // (row % 8 = j flips chunk bits: ^ 4j), column tid & 63.
-    const int oR = opaque(at_or(tid & 63, tid >> 6)), oT = opaque(cake_wg_idx<64>(8 * (tid >> 6), tid & 63));
+    const int oR = cake_opaque(at_or(tid & 63, tid >> 6)), oT = cake_opaque(cake_wg_idx<64>(8 * (tid >> 6), tid & 63));
     // -dVn^T element (row vw + col_of(x), column row_of(x)), dVn (row_of(0), vw + col_of(0)).
     const int vw = 32 * __shfl_sync(0xffffffff, wg, 0);  // warp-uniform to ptxas: phase A's descriptors
-    const int vT0 = opaque(cake_wg_idx<64>(vw + 2 * t, 16 * w + g)), vT1 = opaque(cake_wg_idx<64>(vw + 2 * t + 1, 16 * w + g));
-    const int oV = opaque((16 * w + g) * 128 + vw + 2 * t);
+    const int vT0 = cake_opaque(cake_wg_idx<64>(vw + 2 * t, 16 * w + g)), vT1 = cake_opaque(cake_wg_idx<64>(vw + 2 * t + 1, 16 * w + g));
+    const int oV = cake_opaque((16 * w + g) * 128 + vw + 2 * t);
 
 #pragma unroll 1
     for (int i = nc - 1; i >= 0; --i) {

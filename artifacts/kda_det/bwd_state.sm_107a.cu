@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:c78600c90f22971413f953cd17d9b496ef14ac553539ca9593a3cf53bda15b04
+// identity: sha256:f21d68bda57fc89eedadc1080e8f2eedb5b048ccaf12a2173dc4f00cbb7e3510
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -93,6 +93,16 @@ __device__ __forceinline__ void cake_prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
 }
 // ---- end cake/cp_async.cuh ----
+// ---- begin cake/opaque.cuh ----
+// x through an empty asm: the compiler cannot see through it, so what a thread derives from x
+// (its shared-memory offsets) is computed once where written, not recomputed from tid at every
+// use nor kept live across a phase or a loop that re-derives it (register pressure). No
+// instruction.
+__device__ __forceinline__ int cake_opaque(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+// ---- end cake/opaque.cuh ----
 
 namespace {
 
@@ -138,10 +148,6 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
-// The value in a register: keeps a thread's offsets computed once, where ptxas would recompute
-// them from tid at every use. No instruction.
-__device__ __forceinline__ int opaque(int x) { asm volatile("" : "+r"(x)); return x; }
-
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
@@ -176,7 +182,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // constants where a swizzle flips bits): the swizzles read only row / column bits that the
     // thread's elements share (identities checked exhaustively; recomputing them per element and
     // per chunk was most of the loop's integer work).
-    const int oS = opaque((kr0 + g) * 128 + vc0 + 2 * t);  // dS element (kr0 + g, vc0 + 2t) in [128][128]
+    const int oS = cake_opaque((kr0 + g) * 128 + vc0 + 2 * t);  // dS element (kr0 + g, vc0 + 2t) in [128][128]
     float S[2][4][4];
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
@@ -194,7 +200,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // Load group A (Kd^T, Aqk, dO): needed by phase A, free again after it. Kd^T and Aqk: rows
     // rA + 16 i (tr64 reads r's bits 2-3), chunk cA; dO: rows rO, rO + 32 (at_or reads r's low 3
     // bits), chunk cO.
-    const int rA = tid >> 4, cA = tid & 15, sA = tr64(rA, cA), gA = opaque(rA * 64 + cA * 4);
+    const int rA = tid >> 4, cA = tid & 15, sA = tr64(rA, cA), gA = cake_opaque(rA * 64 + cA * 4);
     const int rO = tid >> 3, cO = tid & 7, sO = at_or(rO, cO);
     const long long gO = (long long)rO * tok_stride + cO * 8;
     auto issue_a = [&](int ci) {
@@ -215,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     };
     // Load group B (Qg, W, gl): needed by phase B, free again after it. Rows rB + 8 j, chunk cB:
     // odd j set r's bit 3, which flips tr128's chunk bit 2 (offset ^ 16).
-    const int rB = tid >> 5, cB = tid & 31, sB = tr128(rB, cB), gB = opaque(rB * 128 + cB * 4);
+    const int rB = tid >> 5, cB = tid & 31, sB = tr128(rB, cB), gB = cake_opaque(rB * 128 + cB * 4);
     auto issue_b = [&](int ci) {
         const long long base = ((long long)ci * H + h) * 8192 + gB;
 #pragma unroll
@@ -226,7 +232,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     };
     // dS^T element (column kr0 + 16 mi + g + 8 h, row vc0 + 8 ni + 2t + b): sw reads the row's low
     // 3 bits (2t + b), and mi, h set chunk bits 2, 1 that g and kr0 leave clear.
-    const int sT0 = opaque(el128(vc0 + 2 * t, kr0 + g)), sT1 = opaque(el128(vc0 + 2 * t + 1, kr0 + g));
+    const int sT0 = cake_opaque(el128(vc0 + 2 * t, kr0 + g)), sT1 = cake_opaque(el128(vc0 + 2 * t + 1, kr0 + g));
     auto store_st = [&]() {
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
@@ -262,16 +268,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // A gathers (rows 16 kp + 4t + e: swt = 2t): element e of row block kp at aA + 1024 kp + 64 e
     // (column tb + g; + 8 sets chunk bit 1: ^ 8). B rows vc + 8 ni + g (sw(g)), chunks 4 kp + t:
     // odd kp flips chunk bit 2 (^ 16), kp / 2 adds 8 chunks.
-    const int aA = opaque(tr64(4 * t, (tb + g) >> 2) + (g & 3));
-    const int bO = opaque(at64(vc + g, t)), bS = opaque(at128(vc + g, t));
+    const int aA = cake_opaque(tr64(4 * t, (tb + g) >> 2) + (g & 3));
+    const int bO = cake_opaque(at64(vc + g, t)), bS = cake_opaque(at128(vc + g, t));
     // dO conversion: staging chunk (tid & 63, tid >> 6) (+ 4: ^ 32); dO^T rows 8 (tid >> 6) + j
     // (sw(j)), column tid & 63.
-    const int oR = opaque(at_or(tid & 63, tid >> 6)), oT = opaque(el64(8 * (tid >> 6), tid & 63));
+    const int oR = cake_opaque(at_or(tid & 63, tid >> 6)), oT = cake_opaque(el64(8 * (tid >> 6), tid & 63));
     // -dVn^T element (row vc + 8 ni + 2t + b, column tb + g + 8 h), dVn (tb + g, vc + 2t).
-    const int vT0 = opaque(el64(vc + 2 * t, tb + g)), vT1 = opaque(el64(vc + 2 * t + 1, tb + g));
-    const int oV = opaque((tb + g) * 128 + vc + 2 * t);
+    const int vT0 = cake_opaque(el64(vc + 2 * t, tb + g)), vT1 = cake_opaque(el64(vc + 2 * t + 1, tb + g));
+    const int oV = cake_opaque((tb + g) * 128 + vc + 2 * t);
     // B gathers of phase B (columns kr0 + 16 mi + g + 8 h: chunk bits 2, 1 clear before).
-    const int aB = opaque(tr128(4 * t, (kr0 + g) >> 2) + (g & 3));
+    const int aB = cake_opaque(tr128(4 * t, (kr0 + g) >> 2) + (g & 3));
 
 #pragma unroll 1
     for (int i = nc - 1; i >= 0; --i) {
