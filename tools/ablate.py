@@ -186,11 +186,12 @@ def _skip(*calls: str) -> list[tuple[str, str]]:
 # all of them, is -30 %: docs/notes.md, session 17)
 _MMA_BY_PHASE = {
     "nomma2": _skip("mma_k16(acc[ni], alo, ahi, r4(ldt4_at<128>(RC"),
-    "nomma3a": _skip("mma_k16(aO[ni], olo, ohi, b4);", "mma_k16q(aY[ni], y0, y1, b4);"),
+    "nomma3a": _skip(*(f"cake_wgmma_n32_rs({a}, " for a in ("pO", "pY"))),  # sm_90a: on wgmma
     "nomma3b": _skip("mma_k16(X[ni], alo, ahi"),
     "nomma3c": _skip("mma_k16(acc[ni], alo, ahi, ldf4(RD"),
-    "nomma4": [("if (ni < nact) mma_k16q(acc[ni], q0, q1", "if (false) mma_k16q(acc[ni], q0, q1")],
-    "nomma5": _skip("mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs"),
+    # sm_90a: phases 4 and 5 are on wgmma
+    "nomma4": _skip("cake_wgmma_n32_rs(pacc, a0, ", "cake_wgmma_n32_rs(pacc, a1, "),
+    "nomma5": _skip("cake_wgmma_n32_rs(wacc, p, ", "cake_wgmma_n32_rs(wacc, q, "),
     "nomma6a": _skip(
         *(
             f"mma_k16({a}[n], {q}lo, {q}hi, {b});"
@@ -250,10 +251,10 @@ _BULK_LOOPS = {
             "auto product = [&](auto quads) {\n#pragma unroll 1\n            for (int k2 = 0; k2 < 0;",
         )
     ],
-    "no5": [
+    "no5": [  # sm_90a: phase 5's wgmma steps
         (
-            "for (int kp = 0; kp < 4; ++kp) {\n                const float4 alo = ldf4(Vn",
-            "for (int kp = 0; kp < 0; ++kp) {\n                const float4 alo = ldf4(Vn",
+            "for (int s4 = 0; s4 < 8; s4 += 4) {",
+            "for (int s4 = 0; s4 < 0; s4 += 4) {",
         )
     ],
 }
@@ -704,7 +705,10 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             for t, n in (("dVn", 8192), ("TA", 4096), ("dS_end", 16384))
         ]
         + [("(states) + ws * CAKE_S16_BYTES", "(states) + rws * CAKE_S16_BYTES")],
-        "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
+        "nomma": [
+            ("NOOP:", "#define cake_mma_tf32(...) ((void)0)"),
+            ("NOOP:", "#define cake_wgmma_n32_rs(...) ((void)0)"),  # phases 4, 5
+        ],
         # dS_end at half its DRAM bytes (rows 64..127 read rows 0..63's lines again, from L2): what
         # a 16-bit dS_end would give bwd_chunk, its widening not counted
         "halfsd": [
@@ -717,8 +721,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "const float* src = dS_end + ws * 16384 + (d & 63) * 128",
             ),
             (  # both copies (value columns 0..63, 64..127): copy i's rows are (tid >> 4) + 32 i
-                "cake_cp_async16(dst + 2048 * i, src + 4096 * i, 16);",
-                "cake_cp_async16(dst + 2048 * i, src + 4096 * (i & 1), 16);",
+                "cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);",
+                "cake_cp_async16(dst + SD_STEP * i, src + 4096 * (i & 1), 16);",
             ),
         ],
         # the mma k-loops of one phase each (the per-element work around them stays)

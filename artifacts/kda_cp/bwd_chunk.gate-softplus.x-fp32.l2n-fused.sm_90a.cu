@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:e13c6f354ffdb4e93cacc7f78c82b93d39ad1803833562441ca5eb360ddc85d6
+// identity: sha256:da206d8950e4e425532d9222133e8ad84bf9caa3659f97cf057881e83dd4d7ab
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -277,6 +277,114 @@ __device__ __forceinline__ int cake_opaque(int x) {
     return x;
 }
 // ---- end cake/opaque.cuh ----
+// ---- begin cake/wgmma.cuh ----
+// Warpgroup matrix multiply (wgmma, sm_90a only) on tf32 operands in shared memory; the layout,
+// descriptors and fragment map are docs/wgmma-plan.md's, checked alone by tests/cuda/wgmma_probe.cu.
+//
+// Operand layout: K-major (tf32 wgmma has no transpose), 128-byte swizzle. A tile of ROWS rows is
+// stored as K panels of 32 elements: panel p = ROWS x 128 bytes, row r at r * 128, its 16-byte
+// chunk c at chunk c ^ (r % 8). Tiles start on 1024-byte boundaries (descriptor base offset 0).
+// Accumulators (m64nNk8, f32): warp w of the warpgroup holds rows 16 w + g, 16 w + g + 8; n8 block
+// j holds columns 8 j + 2 t, 8 j + 2 t + 1 as d[4 j], d[4 j + 1] (row 16 w + g) and d[4 j + 2],
+// d[4 j + 3] (row 16 w + g + 8), with g = lane / 4, t = lane % 4.
+// ---- begin cake/wgmma_layout.cuh ----
+// The K-major, 128-byte-swizzled shared-memory layout of wgmma's tf32 operands and their
+// descriptors (docs/wgmma-plan.md): plain C++, so the CPU emulator compiles this header as it is
+// (cake/wgmma.cuh, the instructions, has a CPU twin).
+
+// Float index of element (row, k) of a ROWS-row tile in that layout.
+template <int ROWS>
+__device__ __forceinline__ int cake_wg_idx(int row, int k) {
+    return (k >> 5) * (ROWS * 32) + row * 32 + ((((k >> 2) & 7) ^ (row & 7)) << 2) + (k & 3);
+}
+
+// Descriptor of rows row0..row0+63 (row0 a multiple of 8) and k8 step s of a ROWS-row tile: panel
+// s / 4, +32 bytes per step inside the swizzled rows; SBO 1024 bytes (8 rows), LBO unused (1),
+// 128-byte swizzle (mode 1 in bits 62-63).
+// The descriptor is split in two words: the low word holds the start address / 16 (bits 0-13) and
+// LBO, the high word is the constant SBO and swizzle mode. cake_wg_desc_lo(addr) is the low word of
+// a tile starting at shared-memory byte address addr; cake_wg_desc_at adds a step's byte offset / 16
+// to it, which cannot carry out of the address field (shared-memory addresses are below 2^18), so
+// a loop's descriptors cost one add each from a low word computed once.
+constexpr unsigned int kWgDescHi = 64u | (1u << 30);
+__device__ __forceinline__ unsigned int cake_wg_desc_lo(unsigned int addr) {
+    return ((addr & 0x3FFFF) >> 4) | (1u << 16);
+}
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc_at(unsigned int lo, int row0, int s) {
+    const int bytes = (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
+    return ((unsigned long long)kWgDescHi << 32) | (lo + (unsigned int)(bytes >> 4));
+}
+template <int ROWS>
+__device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
+    return cake_wg_desc_at<ROWS>(cake_wg_desc_lo(cake_smem_addr(tile)), row0, s);
+}
+// ---- end cake/wgmma_layout.cuh ----
+
+// d (+)= A B for one k8 step: m64n64k8, f32 accumulators, tf32 operands. acc = 0: d = A B.
+__device__ __forceinline__ void cake_wgmma_n64(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "%32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(acc));
+}
+
+// The same with A from registers: a = A(16 w + g, t), A(16 w + g + 8, t), A(16 w + g, t + 4),
+// A(16 w + g + 8, t + 4) of this k8 step (w = warp in the warpgroup), already TF32.
+__device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// m64n32k8 with A from registers (the same a as cake_wgmma_n64_rs); B rows (n) from the
+// descriptor's row0 on, d[4 j + x] for n8 blocks j = 0..3.
+__device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+// x through an empty asm: a copy of an accumulator that ptxas does not trace back to it. Reading
+// an accumulator of the state pass (say, to shuffle it) between a wgmma's issue and its wait made
+// ptxas serialize every wgmma (C7514); reading the copy does not.
+__device__ __forceinline__ float cake_wg_opaque(float x) {
+    asm volatile("" : "+f"(x));
+    return x;
+}
+
+// Before the first wgmma that reads accumulators written by other instructions.
+__device__ __forceinline__ void cake_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cake_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cake_wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+// Shared memory written by ordinary stores, made visible to wgmma's (async proxy) reads.
+__device__ __forceinline__ void cake_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// ---- end cake/wgmma.cuh ----
 
 namespace {
 
@@ -323,6 +431,9 @@ __device__ __forceinline__ int tg_col(int W, int t, int m, int par) {
 __device__ __forceinline__ int bf_col(int t, int d, int e) {
     return (4 * t + e) * 128 + ((((d >> 2) ^ (4 * ((e ^ t) & 3)))) << 2) + (d & 3);
 }
+__device__ __forceinline__ float4 ldsc4(const float* s, const int (&q)[4]) {
+    return make_float4(s[q[0]], s[q[1]], s[q[2]], s[q[3]]);
+}
 template <int W>
 __device__ __forceinline__ float4 ldt4_at(const float* s, int q0, int q1, int kp) {
     const float* b = s + 16 * W * kp;
@@ -336,6 +447,12 @@ __device__ __forceinline__ float4 ldt4_at(const float* s, int q0, int q1, int kp
 // register moves assemble it; the mma accumulator's (i0, i1) x (col, col + 1) is one float4 store.
 // Quarter-warp accesses (g = 2q, 2q + 1; t = 0..3) of both are conflict-free: chunks 2 t ^ 5 and
 // t ^ 5 differ in bit 0 / bit 2 from the even row's.
+// dS_end's halves (value columns 64 h .. 64 h + 63, [128 d][64 v]): copy i of thread tid takes
+// row (tid >> 4) + 32 i, 16-byte chunk tid & 15, at sd_dst(tid) + SD_STEP i.
+// Phase 5's wgmma B: K-major, 128-byte swizzle (cake_wg_idx<128>; the row's low 3 bits are i's).
+__device__ __forceinline__ int sd_dst(int tid) { return cake_wg_idx<128>(tid >> 4, 4 * (tid & 15)); }
+constexpr int SD_STEP = 1024;
+
 __device__ __forceinline__ int px_pair(int r) { return 8 * (r >> 4) + (r & 7); }
 __device__ __forceinline__ int px_chunk(int r, int c) { return px_pair(r) * 256 + ((c ^ (5 * (r & 1))) << 2); }
 
@@ -545,21 +662,28 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const long long ws = (long long)c * H + h;
 
     // Output tiling of every [64 x 128] product: warp (rb, cq) owns rows 16 rb + g (+8) and
-    // columns 32 cq + 8 ni + 2t (+1), ni = 0..3, in the mma accumulator layout.
+    // columns 32 cq + 8 ni + 2t (+1), ni = 0..3, in the mma accumulator layout. Phases 2-5 number
+    // the warps rb = warp & 3, cq = warp >> 2 (a warpgroup is a column quarter: an m64n32 wgmma's
+    // accumulator layout); phases 6-7 rb = warp >> 2, cq = warp & 3 (6 (a) runs for rb > 0, (b) for
+    // rb < 3: warp & 3 = cq spreads both over the SM's sub-partitions). Registers that cross from
+    // 5 to 6 (Dq, Dk, db0, db1) are stored at the end of phase 5.
     const int rb = warp >> 2, cq = warp & 3;
     const int i0 = 16 * rb + g, i1 = i0 + 8;
-    // Each phase re-derives its indices through an opaque copy (CAKE_REIDX), so the compiler cannot
-    // keep one phase's shared-memory addresses alive for the next (register pressure, spills).
-    const int g_top = g, t_top = t, rb_top = rb, cq_top = cq;
-#define CAKE_REIDX                                                                              \
-    const int g = cake_opaque(g_top), t = cake_opaque(t_top), rb = cake_opaque(rb_top),          \
-              cq = cake_opaque(cq_top), i0 = 16 * rb + g, i1 = i0 + 8;                          \
+    // Each phase re-derives its indices through an opaque copy (CAKE_REIDX; CAKE_REIDX_WG in phases
+    // 2-5), so the compiler cannot keep one phase's shared-memory addresses alive for the next
+    // (register pressure, spills).
+    const int g_top = g, t_top = t, rb_top = rb, cq_top = cq, rb_wg = warp & 3, cq_wg = warp >> 2;
+#define CAKE_REIDX_AS(RB, CQ)                                                                   \
+    const int g = cake_opaque(g_top), t = cake_opaque(t_top), rb = cake_opaque(RB),              \
+              cq = cake_opaque(CQ), i0 = 16 * rb + g, i1 = i0 + 8;                              \
     (void)g; (void)t; (void)rb; (void)cq; (void)i0; (void)i1
+#define CAKE_REIDX CAKE_REIDX_AS(rb_top, cq_top)
+#define CAKE_REIDX_WG CAKE_REIDX_AS(rb_wg, cq_wg)
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
     // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
-    // where warps 8-15 form Gamma in place during phase 2.
+    // where the warps of row blocks 2 and 3 form Gamma in place during phase 2.
     {
         if (tid >= 256) {  // rows >= L: zeros (never read)
             const int c4 = (tid - 256) >> 3, r0 = 8 * (tid & 7);  // gamma_in_place's (c4, w)
@@ -660,12 +784,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // T ~ I and Y ~ dVn; a TF32 dVn operand was the whole dbeta error (docs/kernel-notes.md,
     // 2026-11-29).
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         // gamma_in_place's gate constants, loaded first so that their latency passes under the k loop
+        const int gu = 64 * cq + 32 * (rb & 1) + lane;  // gamma_in_place's thread index on rb >= 2
         float4 gbias = make_float4(0.f, 0.f, 0.f, 0.f);
         float gea = 0.f;
-        if (warp >= 8) {
-            gbias = *reinterpret_cast<const float4*>(dt_bias + h * 128 + 4 * ((tid - 256) >> 3));
+        if (rb >= 2) {
+            gbias = *reinterpret_cast<const float4*>(dt_bias + h * 128 + 4 * (gu >> 3));
             gea = expf(A_log[h]);
         }
         const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
@@ -714,7 +839,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
         // Row blocks 2 and 3 run 2 and 1 of this phase's 4 k steps (rb 0 runs 4): their warps form
         // Gamma meanwhile. Phase 3a is its first reader, past the two barriers below.
-        if (warp >= 8) gamma_in_place(gs, L, tid - 256, gbias, gea, lower_bound);
+        if (rb >= 2) gamma_in_place(gs, L, gu, gbias, gea, lower_bound);
         cake_cp_async_wait<0>();  // S_c (issued in phase 0: landed by now)
         __syncthreads();  // every read of dVn done; every thread's copies of S_c landed
         const int pe = px_chunk(i0, 16 * cq + t);  // column block ni: chunk bits 2-3
@@ -724,36 +849,42 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 make_float4(rtf32(acc[ni][0]), rtf32(acc[ni][2]), rtf32(acc[ni][1]), rtf32(acc[ni][3]));
         }
     }
-    // S_c to fp32 [128 d][128 v] in RD, in place. A warp instruction takes key rows r and r + 4
-    // (lanes 0-15, 16-31; their swizzles differ in bit 1, so the 16-byte chunks written spread
-    // over all 32 banks), lane l one 16-byte fp16 chunk c = l & 15 of its row: positions 8 q .. 8 q
-    // + 7 (q = c & 1) of group G = c >> 1, i.e. values 16 G + 4 q + e and + 8 (e = 0..3,
-    // cake/state16.cuh's in-group order), two float4 chunks. Warp w's rows: b, b + 4, b + 1, b + 5 with b = 8 (w >> 1)
-    // + 2 (w & 1), and the same + 64. Rows 0..63 land in RD's first half, which no fp16 value
-    // occupies; rows 64..127 overwrite the fp16 values, so they are read first (8 registers) and
-    // written after the barrier that ends phase 2 (one barrier more).
+    // S_c to fp32 in RD, in place, as phase 3a's wgmma B: rows d, K = v (cake_wg_idx<128>, panel
+    // P = v >> 5), each 16-wide v block permuted as 3c's Vn: v = 16 G + 4 a + j at position 16 G +
+    // 4 j + a. Warp w takes rows d = 8 w + rr (rr = lane >> 2), lane at step k the 16-byte fp16
+    // chunk c = 4 P + 2 g1 + q (P = k ^ (rr & 1); group G = 2 P + g1, values 16 G + 4 q + j and
+    // + 8: a = q + 2 h), so a quarter-warp's reads take 8 distinct chunks mod 8. Its scalar stores
+    // go to chunk (4 g1 + j) ^ rr, element q + 2 h; lanes with g1 = 1 swap the halves (h) first,
+    // so each store instruction hits 32 banks. Panels 0-1 land in RD's first half, which no fp16
+    // value occupies; panels 2-3 overwrite the fp16 values, so they are read first (8 registers)
+    // and written after the barrier that ends phase 2. The values are TF32-exact
+    // (cake/state16.cuh): wgmma's truncation of B gives what cvt.rn gave; dgl reads them as they are.
     {
         const unsigned char* sh = reinterpret_cast<const unsigned char*>(RD + 8192);
-        const int c = lane & 15, grp = c >> 1, col = 16 * grp + 4 * (c & 1);
-        const int r0 = 8 * (warp >> 1) + 2 * (warp & 1) + ((lane >> 4) << 2);
-        auto out = [&](int d, uint4 p) {  // columns col + 8: chunk bit 1 (col's is 0)
-            const float f = cake_s16_up(SE[grp * 128 + d]);
-            const float2 a = cake_f16x2_to_f32(p.x), b = cake_f16x2_to_f32(p.y);
-            const float2 e = cake_f16x2_to_f32(p.z), h = cake_f16x2_to_f32(p.w);
-            const int o = fx<128>(d, col);
-            *reinterpret_cast<float4*>(RD + o) = make_float4(a.x * f, b.x * f, e.x * f, h.x * f);
-            *reinterpret_cast<float4*>(RD + (o ^ 8)) = make_float4(a.y * f, b.y * f, e.y * f, h.y * f);
+        const int rr = lane >> 2, d = 8 * warp + rr, q = lane & 1, g1 = (lane >> 1) & 1, hs = 16 * g1;
+        auto out = [&](int P, uint4 p) {
+            const float f = cake_s16_up(SE[(2 * P + g1) * 128 + d]);
+            const int b = 4096 * P + 32 * d + (((4 * g1) ^ rr) << 2) + q + 2 * g1;
+            const unsigned int w[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 v = cake_f16x2_to_f32((w[j] << hs) | (w[j] >> hs));  // x: h = g1
+                RD[b ^ (4 * j)] = v.x * f;
+                RD[b ^ (4 * j) ^ 2] = v.y * f;
+            }
         };
+        const unsigned char* src = sh + d * 256 + 16 * (2 * g1 + q);
         uint4 late[2];
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
-            const int d = r0 + k;
-            late[k] = *reinterpret_cast<const uint4*>(sh + (64 + d) * 256 + 16 * c);
-            out(d, *reinterpret_cast<const uint4*>(sh + d * 256 + 16 * c));
+            const int P = k ^ (rr & 1);
+            late[k] = *reinterpret_cast<const uint4*>(src + 64 * (P + 2));
+            out(P, *reinterpret_cast<const uint4*>(src + 64 * P));
         }
         __syncthreads();  // Y stored; every fp16 value read
 #pragma unroll
-        for (int k = 0; k < 2; ++k) out(64 + r0 + k, late[k]);
+        for (int k = 0; k < 2; ++k) out((k ^ (rr & 1)) + 2, late[k]);
+        cake_fence_proxy_async();  // S_c (generic stores) -> phase 3a's wgmma reads
     }
     __syncthreads();
 
@@ -761,29 +892,46 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // dq += s e^G dQg, dk += -beta e^G Z, dbeta -= rowsum(Kg Z); dGamma += Qg dQg + Kg dKg is
     // added in phase 5 from Dq, Dk (which hold exactly these terms until then).
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         float aO[4][4], aY[4][4];
-        zero16(aO); zero16(aY);
-        const FxRow bb = fx_row<128>(32 * cq + g, t);
+        // m64n32k8 per warpgroup, two chains (dO, Y) sharing B = S_c rows d0 .. d0 + 31 by
+        // descriptor (the permuted layout above: step 2 kp + m takes quad m of kp); a wait every
+        // 4 steps (A registers live until completion).
+        float pO[16], pY[16];
+#pragma unroll
+        for (int x = 0; x < 16; ++x) pO[x] = pY[x] = 0.f;
+        const unsigned int slo = cake_wg_desc_lo(cake_smem_addr(RD));
+        const int d0 = 32 * __shfl_sync(0xffffffffu, cq, 0);  // warp-uniform to ptxas
         // chunks 8 kp + 2 t (+ 1) of pair row i0: + 32 kp (the XOR with 5 (g & 1) keeps bit 3 up)
         const float* yq0 = RC + px_chunk(i0, 2 * t);
         const float* yq1 = RC + px_chunk(i0, 2 * t + 1);
         const int o0 = at_bf16(i0, t), o1 = at_bf16(i1, t);  // units 4 kp + t: XOR 16 kp
 #pragma unroll 1
         for (int k2 = 0; k2 < 4; ++k2) {
+            cake_wgmma_fence();
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int kp = 2 * k2 + j;
                 const float4 olo = ld4_bf16_at(os, o0 ^ (16 * kp)), ohi = ld4_bf16_at(os, o1 ^ (16 * kp));
                 const float4 y0 = *reinterpret_cast<const float4*>(yq0 + 32 * kp);
                 const float4 y1 = *reinterpret_cast<const float4*>(yq1 + 32 * kp);
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) {
-                    const float4 b4 = r4(ldf4(RD, fx_at(fx_row_plus<128>(bb, ni), kp)));
-                    mma_k16(aO[ni], olo, ohi, b4);
-                    mma_k16q(aY[ni], y0, y1, b4);
-                }
+                const unsigned int ao0[4] = {__float_as_uint(olo.x), __float_as_uint(ohi.x), __float_as_uint(olo.y), __float_as_uint(ohi.y)};
+                const unsigned int ao1[4] = {__float_as_uint(olo.z), __float_as_uint(ohi.z), __float_as_uint(olo.w), __float_as_uint(ohi.w)};
+                const unsigned int ay0[4] = {__float_as_uint(y0.x), __float_as_uint(y0.y), __float_as_uint(y0.z), __float_as_uint(y0.w)};
+                const unsigned int ay1[4] = {__float_as_uint(y1.x), __float_as_uint(y1.y), __float_as_uint(y1.z), __float_as_uint(y1.w)};
+                const unsigned long long b0 = cake_wg_desc_at<128>(slo, d0, 2 * kp), b1 = cake_wg_desc_at<128>(slo, d0, 2 * kp + 1);
+                cake_wgmma_n32_rs(pO, ao0, b0, 1);
+                cake_wgmma_n32_rs(pO, ao1, b1, 1);
+                cake_wgmma_n32_rs(pY, ay0, b0, 1);
+                cake_wgmma_n32_rs(pY, ay1, b1, 1);
             }
+            cake_wgmma_commit();
+            cake_wgmma_wait<0>();
+        }
+#pragma unroll
+        for (int x = 0; x < 16; ++x) {
+            aO[x >> 2][x & 3] = pO[x];
+            aY[x >> 2][x & 3] = pY[x];
         }
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
         const float b0 = bs[i0], b1 = bs[i1];
@@ -809,7 +957,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 3b: X = V - Kg S_c (rows i, value columns), reduction over d.
     float X[4][4];
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         const int be = bf_base(i0, cq, t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
@@ -817,11 +965,19 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             X[ni][0] = v4.x; X[ni][1] = v4.y; X[ni][2] = v4.z; X[ni][3] = v4.w;
         }
         const float rk0 = rkf(i0), rk1 = rkf(i1);
-        int bq[4][2];  // S_c^T gathers of the four n-tiles' columns
+        // S_c^T gathers from 3a's layout: element (d = 16 kp + 4 t + e, v = 32 cq + 8 ni + g) at
+        // chunk (4 (ni >> 1) + (g & 3)) ^ (d & 7), d & 7 = 4 (t & 1) + e, element 2 (ni & 1) + (g >> 2).
+        // Rows d, d + 8 (t, t + 2) share banks, so lanes t >= 2 load tile ni ^ 1 in tile ni's load
+        // (element bit 1 flipped: conflict-free) and selects swap the tiles back: bl[ni] is tile
+        // ni ^ sw's, at bq[ni >> 1][e] (+ odd for odd ni) + 512 kp.
+        const bool sw = t >= 2;
+        const int odd = sw ? -2 : 2;
+        int bq[2][4];
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int par = 0; par < 2; ++par) bq[ni][par] = tg_col(128, t, 32 * cq + 8 * ni + g, par);
+            for (int e = 0; e < 4; ++e)
+                bq[h][e] = 4096 * cq + 32 * (4 * t + e) + (((4 * h + (g & 3)) ^ (4 * (t & 1) + e)) << 2) + (g >> 2) + 2 * (t >> 1);
         // units 4 kp + t of rows i0, i1 (bf16), columns 16 kp + 4 t (fp32): XOR 16 kp
         const int o0 = at_bf16(i0, t), o1 = at_bf16(i1, t), f0 = fx<128>(i0, 4 * t), f1 = fx<128>(i1, 4 * t);
 #pragma unroll 2
@@ -833,32 +989,44 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             alo.z = -rtf32(ka.z * rk0 * cake_ex2(ga.z)); alo.w = -rtf32(ka.w * rk0 * cake_ex2(ga.w));
             ahi.x = -rtf32(kb.x * rk1 * cake_ex2(gb.x)); ahi.y = -rtf32(kb.y * rk1 * cake_ex2(gb.y));
             ahi.z = -rtf32(kb.z * rk1 * cake_ex2(gb.z)); ahi.w = -rtf32(kb.w * rk1 * cake_ex2(gb.w));
+            float4 bl[4];
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) bl[ni] = ldsc4(RD + ((ni & 1) ? odd : 0) + 512 * kp, bq[ni >> 1]);
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni)
-                mma_k16(X[ni], alo, ahi, r4(ldt4_at<128>(RD, bq[ni][0], bq[ni][1], kp)));
+                mma_k16(X[ni], alo, ahi, r4(sw ? bl[ni ^ 1] : bl[ni]));
         }
     }
     // dgl[d] = sum_v S_c[d][v] dS_end[d][v]: four threads per d, fixed order.
     float dgl;
     {
-        const int d = tid >> 2, part = tid & 3;
+        // Lane 8 part + (d & 7): a quarter-warp's float4 reads take 8 rows' distinct chunks. Chunk
+        // 4 b + j of panel part holds v = 32 part + 16 b + 4 a + j (a = 0..3): the fma order over v
+        // is the natural layout's, so dgl is too.
+        const int d = 8 * warp + (lane & 7), part = lane >> 3;
         const float* src = dS_end + ws * 16384 + d * 128 + 32 * part;
-        const int f = fx<128>(d, 32 * part);  // chunk 8 part + m: XOR 4 m
+        const float* sr = RD + 4096 * part + 32 * d;
         float s = 0.f;
 #pragma unroll
-        for (int m = 0; m < 8; ++m) {
-            const float4 a = *reinterpret_cast<const float4*>(src + 4 * m);
-            const float4 sv = ldf4(RD, f ^ (4 * m));
-            s = fmaf(sv.x, a.x, s); s = fmaf(sv.y, a.y, s); s = fmaf(sv.z, a.z, s); s = fmaf(sv.w, a.w, s);
+        for (int b = 0; b < 2; ++b) {
+            float4 sv[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) sv[j] = ldf4(sr, ((4 * b + j) ^ (d & 7)) << 2);
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const float4 a = *reinterpret_cast<const float4*>(src + 16 * b + 4 * m);
+                s = fmaf(g4(sv[0], m), a.x, s); s = fmaf(g4(sv[1], m), a.y, s);
+                s = fmaf(g4(sv[2], m), a.z, s); s = fmaf(g4(sv[3], m), a.w, s);
+            }
         }
-        s += __shfl_xor_sync(0xffffffffu, s, 1);
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        s += __shfl_xor_sync(0xffffffffu, s, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 16);
         dgl = s;
     }
     __syncthreads();  // S_c and v dead
-    if ((tid & 3) == 0) sc[SC_DGL + (tid >> 2)] = dgl;
+    if (lane < 8) sc[SC_DGL + 8 * warp + lane] = dgl;
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         // beta X, transposed [v][j], TF32, into the first half of RD. Element (row 32 cq + 8 ni +
         // 2 t + x, column i0 + 8 h) from one base: swz of the row is 4 ((ni ^ x) & 1) ^ 2 (t >> 1),
         // column + 8 flips chunk bit 1.
@@ -876,7 +1044,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     __syncthreads();
     // ---- phase 3c: Vn = T (beta X): T is lower triangular, so row block rb reads j-blocks <= rb.
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         float acc[4][4];
         zero16(acc);
         // columns 16 kp + 4 t: XOR 16 kp from the rows' offsets at kp = 0
@@ -895,19 +1063,24 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         }
         __syncthreads();  // T and beta X dead
         float* Vn = RD + 8192;
-        const int fe = fx<128>(i0, 32 * cq + 2 * t);
+        // Vn as phase 4's wgmma B (rows j): K-major, 128-byte swizzle (cake_wg_idx<64>), each 16-wide
+        // v block permuted: v = 16 kp + 4 a + 2 m + u at position 16 kp + 8 m + 4 u + a, so that
+        // step 2 kp + m takes as A today's quad q_m of kp (mma_k16q's slot order). Element (i0 + 8 h,
+        // 32 cq + 8 ni + 2 t + x) at (vb ^ (16 (ni >> 1) + 4 x + 2 (ni & 1))) + 256 h.
+        const int vb = 2048 * cq + 32 * i0 + (((2 * (t & 1)) ^ (i0 & 7)) << 2) + (t >> 1);
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-            *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 0)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
-            *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 2)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
-        }
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                Vn[(vb ^ (16 * (ni >> 1) + 4 * (e & 1) + 2 * (ni & 1))) + 256 * (e >> 1)] = rtf32(acc[ni][e]);
+        cake_fence_proxy_async();  // Vn (generic stores) -> phase 4's wgmma reads
         // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2): copy i takes
         // row (tid >> 4) + 32 i, whose swizzle is row tid >> 4's.
         {
-            float* dst = RD + fx<64>(tid >> 4, 4 * (tid & 15));
+            float* dst = RD + sd_dst(tid);
             const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 4 * (tid & 15);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) cake_cp_async16(dst + 2048 * i, src + 4096 * i, 16);
+            for (int i = 0; i < 4; ++i) cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);
         }
         cake_cp_async_commit();
     }
@@ -917,29 +1090,37 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 4: [dO; Y] Vn^T. Warp (rb, cq): which = cq >> 1 (0: dAqk from dO, 1: dM from Y),
     // columns j in 32 (cq & 1) + [0, 32); only blocks on or below the diagonal.
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         const int which = cq >> 1, jb = 32 * (cq & 1);
         float acc[4][4];
-        zero16(acc);
         const int nact = min(4, max(0, (16 * rb + 16 - jb) >> 3));  // n-tiles with columns <= row block end
-        const FxRow vb = fx_row<128>(jb + g, t);
-        // One loop per A source (which is warp-uniform): the A quads from the bf16 dO rows
-        // (converted into place) or from the pair-interleaved Y, with no branch inside.
+        // m64n32k8 per warpgroup, B = Vn rows jb .. jb + 31 by descriptor (3c's permuted layout: step
+        // 2 kp + m takes quad q_m of kp). The whole block is computed; the epilogue writes nact's tiles.
+        float pacc[16];
+#pragma unroll
+        for (int x = 0; x < 16; ++x) pacc[x] = 0.f;
+        const unsigned int vlo = cake_wg_desc_lo(cake_smem_addr(Vn));
+        const int jw = __shfl_sync(0xffffffffu, jb, 0);  // warp-uniform to ptxas
+        // One loop per A source (which is warp-uniform); a wait every 4 steps (A registers live).
         auto product = [&](auto quads) {
 #pragma unroll 1
             for (int k2 = 0; k2 < 4; ++k2) {
+                cake_wgmma_fence();
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
                     const int kp = 2 * k2 + j;
                     float4 q0, q1;
                     quads(kp, q0, q1);
-#pragma unroll
-                    for (int ni = 0; ni < 4; ++ni)
-                        if (ni < nact) mma_k16q(acc[ni], q0, q1, ldf4(Vn, fx_at(fx_row_plus<128>(vb, ni), kp)));
+                    const unsigned int a0[4] = {__float_as_uint(q0.x), __float_as_uint(q0.y), __float_as_uint(q0.z), __float_as_uint(q0.w)};
+                    const unsigned int a1[4] = {__float_as_uint(q1.x), __float_as_uint(q1.y), __float_as_uint(q1.z), __float_as_uint(q1.w)};
+                    cake_wgmma_n32_rs(pacc, a0, cake_wg_desc_at<64>(vlo, jw, 2 * kp), 1);
+                    cake_wgmma_n32_rs(pacc, a1, cake_wg_desc_at<64>(vlo, jw, 2 * kp + 1), 1);
                 }
+                cake_wgmma_commit();
+                cake_wgmma_wait<0>();
             }
         };
-        if (which == 0) {
+        if (__shfl_sync(0xffffffffu, which, 0) == 0) {
             const int o0 = at_bf16(i0, t), o1 = at_bf16(i1, t);  // units 4 kp + t: XOR 16 kp
             product([&](int kp, float4& q0, float4& q1) {
                 const float4 alo = ld4_bf16_at(os, o0 ^ (16 * kp)), ahi = ld4_bf16_at(os, o1 ^ (16 * kp));
@@ -954,6 +1135,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 q1 = *reinterpret_cast<const float4*>(yq1 + 32 * kp);
             });
         }
+#pragma unroll
+        for (int x = 0; x < 16; ++x) acc[x >> 2][x & 3] = pacc[x];
         const int fa = fx<64>(i0, jb + 2 * t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
@@ -979,37 +1162,61 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     __syncthreads();  // Y dead; dA1 (TT), dA2 (AK) ready
     // dS_end value columns 64..127 -> RC as [128 d][64 v] (group 3), as group 2.
     {
-        float* dst = RC + fx<64>(tid >> 4, 4 * (tid & 15));
+        float* dst = RC + sd_dst(tid);
         const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 64 + 4 * (tid & 15);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) cake_cp_async16(dst + 2048 * i, src + 4096 * i, 16);
+        for (int i = 0; i < 4; ++i) cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);
     }
     cake_cp_async_commit();
 
     // ---- phase 5: dKd = Vn dS_end^T (rows i, key dims d); dk += e^(G_{L-1} - G) dKd;
     // dGamma -= Kd dKd on rows < L-1, whose column sums go to the last valid row.
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         float acc[4][4];
-        zero16(acc);
-        cake_cp_async_wait<1>();
-        __syncthreads();
-#pragma unroll 1
-        for (int half = 0; half < 2; ++half) {
-            if (half == 1) {
-                cake_cp_async_wait<0>();
+        // m64n32k8 per warpgroup (its 32 dims d = B rows 32 cq ..): A = Vn rows i0, i1 from
+        // registers (TF32 since 3c; v = 8 k + t + 4 u, k = 2 kp + n, is 3c's position 16 kp + 4 t +
+        // 2 n + u: one float4 a row gives steps 2 kp, 2 kp + 1, 2-way bank conflicts), B = the
+        // dS_end halves, each thread rounding its own copies (cvt.rn, as the mma.sync program's B)
+        // before the barrier.
+        {
+            float wacc[16];
+#pragma unroll
+            for (int x = 0; x < 16; ++x) wacc[x] = 0.f;
+            const int d0 = 32 * __shfl_sync(0xffffffffu, cq, 0);  // warp-uniform to ptxas
+            const int a0 = cake_wg_idx<64>(i0, 4 * t), own = sd_dst(tid);  // row i1: + 256
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                float* Bs = half == 0 ? RD : RC;
+                if (half == 0) cake_cp_async_wait<1>();
+                else cake_cp_async_wait<0>();
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    float4* p = reinterpret_cast<float4*>(Bs + own + SD_STEP * i);
+                    *p = r4(*p);
+                }
+                cake_fence_proxy_async();  // the rounded dS_end (generic stores) -> wgmma's reads
                 __syncthreads();
-            }
-            const float* Bs = half == 0 ? RD : RC;
-            const FxRow va = fx_row<128>(i0, t), vb = fx_row_plus<128>(va, 1);
-            const FxRow bb = fx_row<64>(32 * cq + g, t);
+                const unsigned int lo = cake_wg_desc_lo(cake_smem_addr(Bs));
+                // A registers stay live until their wgmma completes: a wait every 4 steps (spills)
 #pragma unroll
-            for (int kp = 0; kp < 4; ++kp) {
-                const float4 alo = ldf4(Vn, fx_at(va, 4 * half + kp)), ahi = ldf4(Vn, fx_at(vb, 4 * half + kp));
+                for (int s4 = 0; s4 < 8; s4 += 4) {
+                    cake_wgmma_fence();
 #pragma unroll
-                for (int ni = 0; ni < 4; ++ni)
-                    mma_k16(acc[ni], alo, ahi, r4(ldf4(Bs, fx_at(fx_row_plus<64>(bb, ni), kp))));
+                    for (int s = s4; s < s4 + 4; s += 2) {
+                        const int kp = 4 * half + (s >> 1), o = (a0 ^ (16 * (kp & 1))) + 2048 * (kp >> 1);
+                        const float4 al = ldf4(Vn, o), ah = ldf4(Vn, o + 256);
+                        const unsigned int p[4] = {__float_as_uint(al.x), __float_as_uint(ah.x), __float_as_uint(al.y), __float_as_uint(ah.y)};
+                        const unsigned int q[4] = {__float_as_uint(al.z), __float_as_uint(ah.z), __float_as_uint(al.w), __float_as_uint(ah.w)};
+                        cake_wgmma_n32_rs(wacc, p, cake_wg_desc_at<128>(lo, d0, s), 1);
+                        cake_wgmma_n32_rs(wacc, q, cake_wg_desc_at<128>(lo, d0, s + 1), 1);
+                    }
+                    cake_wgmma_commit();
+                    cake_wgmma_wait<0>();
+                }
             }
+#pragma unroll
+            for (int x = 0; x < 16; ++x) acc[x >> 2][x & 3] = wacc[x];
         }
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
@@ -1049,7 +1256,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 sc[SC_COL + 128 * rb + d + 1] = cs[1];
             }
         }
+        // dbeta partials -> slots (this numbering's rows and columns; read after phase 6)
+#pragma unroll
+        for (int m = 1; m <= 2; m <<= 1) {
+            db0 += __shfl_xor_sync(0xffffffffu, db0, m);
+            db1 += __shfl_xor_sync(0xffffffffu, db1, m);
+        }
+        if (t == 0) {
+            dbs[64 * cq + i0] = db0;
+            dbs[64 * cq + i1] = db1;
+        }
     }
+    __syncthreads();  // phase 6's threads read RC / DK / RD elements that other threads wrote in 5
 
     // ---- phase 6: intra-chunk gradients of Aqk (dA1 = s dAqk) and Akk (dA2 = dAkk).
     {
@@ -1422,7 +1640,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 }
             }
         }
-        // L2-norm row dots and dbeta partials -> slots (dGamma is in RD already).
+        // L2-norm row dots -> slots (dGamma is in RD already).
         float pq0 = 0.f, pq1 = 0.f, pk0 = 0.f, pk1 = 0.f;
         const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
 #pragma unroll 1
@@ -1440,21 +1658,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 }
             }
         }
+        if (kL2Norm) {
 #pragma unroll
-        for (int m = 1; m <= 2; m <<= 1) {
-            db0 += __shfl_xor_sync(0xffffffffu, db0, m);
-            db1 += __shfl_xor_sync(0xffffffffu, db1, m);
-            if (kL2Norm) {
+            for (int m = 1; m <= 2; m <<= 1) {
                 pq0 += __shfl_xor_sync(0xffffffffu, pq0, m);
                 pq1 += __shfl_xor_sync(0xffffffffu, pq1, m);
                 pk0 += __shfl_xor_sync(0xffffffffu, pk0, m);
                 pk1 += __shfl_xor_sync(0xffffffffu, pk1, m);
             }
-        }
-        if (t == 0) {
-            dbs[64 * cq + i0] = db0;
-            dbs[64 * cq + i1] = db1;
-            if (kL2Norm) {
+            if (t == 0) {
                 sc[SC_DOT + 64 * cq + i0] = pq0;
                 sc[SC_DOT + 64 * cq + i1] = pq1;
                 sc[SC_DOT + 256 + 64 * cq + i0] = pk0;
@@ -1553,5 +1765,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
         }
     }
+#undef CAKE_REIDX_WG
 #undef CAKE_REIDX
+#undef CAKE_REIDX_AS
 }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:ec687e8713eeb22a9bf8807f1ef7d0357be2a24b3b1cb8a8dfc39c49d8b34a6e
+// identity: sha256:b245a3c806c25275cf1a2f4290e2610b648ecd1134db35bfe405b76415169e16
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -336,6 +336,11 @@ __device__ __forceinline__ float4 ldt4_at(const float* s, int q0, int q1, int kp
 // register moves assemble it; the mma accumulator's (i0, i1) x (col, col + 1) is one float4 store.
 // Quarter-warp accesses (g = 2q, 2q + 1; t = 0..3) of both are conflict-free: chunks 2 t ^ 5 and
 // t ^ 5 differ in bit 0 / bit 2 from the even row's.
+// dS_end's halves (value columns 64 h .. 64 h + 63, [128 d][64 v]): copy i of thread tid takes
+// row (tid >> 4) + 32 i, 16-byte chunk tid & 15, at sd_dst(tid) + SD_STEP i.
+__device__ __forceinline__ int sd_dst(int tid) { return fx<64>(tid >> 4, 4 * (tid & 15)); }
+constexpr int SD_STEP = 2048;
+
 __device__ __forceinline__ int px_pair(int r) { return 8 * (r >> 4) + (r & 7); }
 __device__ __forceinline__ int px_chunk(int r, int c) { return px_pair(r) * 256 + ((c ^ (5 * (r & 1))) << 2); }
 
@@ -506,21 +511,28 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const long long ws = (long long)c * H + h;
 
     // Output tiling of every [64 x 128] product: warp (rb, cq) owns rows 16 rb + g (+8) and
-    // columns 32 cq + 8 ni + 2t (+1), ni = 0..3, in the mma accumulator layout.
+    // columns 32 cq + 8 ni + 2t (+1), ni = 0..3, in the mma accumulator layout. Phases 2-5 number
+    // the warps rb = warp & 3, cq = warp >> 2 (a warpgroup is a column quarter: an m64n32 wgmma's
+    // accumulator layout); phases 6-7 rb = warp >> 2, cq = warp & 3 (6 (a) runs for rb > 0, (b) for
+    // rb < 3: warp & 3 = cq spreads both over the SM's sub-partitions). Registers that cross from
+    // 5 to 6 (Dq, Dk, db0, db1) are stored at the end of phase 5.
     const int rb = warp >> 2, cq = warp & 3;
     const int i0 = 16 * rb + g, i1 = i0 + 8;
-    // Each phase re-derives its indices through an opaque copy (CAKE_REIDX), so the compiler cannot
-    // keep one phase's shared-memory addresses alive for the next (register pressure, spills).
-    const int g_top = g, t_top = t, rb_top = rb, cq_top = cq;
-#define CAKE_REIDX                                                                              \
-    const int g = cake_opaque(g_top), t = cake_opaque(t_top), rb = cake_opaque(rb_top),          \
-              cq = cake_opaque(cq_top), i0 = 16 * rb + g, i1 = i0 + 8;                          \
+    // Each phase re-derives its indices through an opaque copy (CAKE_REIDX; CAKE_REIDX_WG in phases
+    // 2-5), so the compiler cannot keep one phase's shared-memory addresses alive for the next
+    // (register pressure, spills).
+    const int g_top = g, t_top = t, rb_top = rb, cq_top = cq, rb_wg = warp & 3, cq_wg = warp >> 2;
+#define CAKE_REIDX_AS(RB, CQ)                                                                   \
+    const int g = cake_opaque(g_top), t = cake_opaque(t_top), rb = cake_opaque(RB),              \
+              cq = cake_opaque(CQ), i0 = 16 * rb + g, i1 = i0 + 8;                              \
     (void)g; (void)t; (void)rb; (void)cq; (void)i0; (void)i1
+#define CAKE_REIDX CAKE_REIDX_AS(rb_top, cq_top)
+#define CAKE_REIDX_WG CAKE_REIDX_AS(rb_wg, cq_wg)
 
     // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
     // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
     // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
-    // where warps 8-15 form Gamma in place during phase 2.
+    // where the warps of row blocks 2 and 3 form Gamma in place during phase 2.
     {
         // Each thread copies the same rows and 16-byte piece of every tile, a constant apart: rows
         // r + 16 and r + 32 keep the swizzles (sw_bf16, swz depend on r's low 4 bits), so every
@@ -621,7 +633,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // T ~ I and Y ~ dVn; a TF32 dVn operand was the whole dbeta error (docs/kernel-notes.md,
     // 2026-11-29).
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
         float acc[4][4];
 #pragma unroll
@@ -712,7 +724,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // dq += s e^G dQg, dk += -beta e^G Z, dbeta -= rowsum(Kg Z); dGamma += Qg dQg + Kg dKg is
     // added in phase 5 from Dq, Dk (which hold exactly these terms until then).
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         float aO[4][4], aY[4][4];
         zero16(aO); zero16(aY);
         const FxRow bb = fx_row<128>(32 * cq + g, t);
@@ -760,7 +772,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 3b: X = V - Kg S_c (rows i, value columns), reduction over d.
     float X[4][4];
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         const int be = bf_base(i0, cq, t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
@@ -809,7 +821,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     __syncthreads();  // S_c and v dead
     if ((tid & 3) == 0) sc[SC_DGL + (tid >> 2)] = dgl;
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         // beta X, transposed [v][j], TF32, into the first half of RD. Element (row 32 cq + 8 ni +
         // 2 t + x, column i0 + 8 h) from one base: swz of the row is 4 ((ni ^ x) & 1) ^ 2 (t >> 1),
         // column + 8 flips chunk bit 1.
@@ -827,7 +839,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     __syncthreads();
     // ---- phase 3c: Vn = T (beta X): T is lower triangular, so row block rb reads j-blocks <= rb.
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         float acc[4][4];
         zero16(acc);
         // columns 16 kp + 4 t: XOR 16 kp from the rows' offsets at kp = 0
@@ -855,10 +867,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2): copy i takes
         // row (tid >> 4) + 32 i, whose swizzle is row tid >> 4's.
         {
-            float* dst = RD + fx<64>(tid >> 4, 4 * (tid & 15));
+            float* dst = RD + sd_dst(tid);
             const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 4 * (tid & 15);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) cake_cp_async16(dst + 2048 * i, src + 4096 * i, 16);
+            for (int i = 0; i < 4; ++i) cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);
         }
         cake_cp_async_commit();
     }
@@ -868,7 +880,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // ---- phase 4: [dO; Y] Vn^T. Warp (rb, cq): which = cq >> 1 (0: dAqk from dO, 1: dM from Y),
     // columns j in 32 (cq & 1) + [0, 32); only blocks on or below the diagonal.
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         const int which = cq >> 1, jb = 32 * (cq & 1);
         float acc[4][4];
         zero16(acc);
@@ -930,17 +942,17 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     __syncthreads();  // Y dead; dA1 (TT), dA2 (AK) ready
     // dS_end value columns 64..127 -> RC as [128 d][64 v] (group 3), as group 2.
     {
-        float* dst = RC + fx<64>(tid >> 4, 4 * (tid & 15));
+        float* dst = RC + sd_dst(tid);
         const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 64 + 4 * (tid & 15);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) cake_cp_async16(dst + 2048 * i, src + 4096 * i, 16);
+        for (int i = 0; i < 4; ++i) cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);
     }
     cake_cp_async_commit();
 
     // ---- phase 5: dKd = Vn dS_end^T (rows i, key dims d); dk += e^(G_{L-1} - G) dKd;
     // dGamma -= Kd dKd on rows < L-1, whose column sums go to the last valid row.
     {
-        CAKE_REIDX;
+        CAKE_REIDX_WG;
         float acc[4][4];
         zero16(acc);
         cake_cp_async_wait<1>();
@@ -1000,7 +1012,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 sc[SC_COL + 128 * rb + d + 1] = cs[1];
             }
         }
+        // dbeta partials -> slots (this numbering's rows and columns; read after phase 6)
+#pragma unroll
+        for (int m = 1; m <= 2; m <<= 1) {
+            db0 += __shfl_xor_sync(0xffffffffu, db0, m);
+            db1 += __shfl_xor_sync(0xffffffffu, db1, m);
+        }
+        if (t == 0) {
+            dbs[64 * cq + i0] = db0;
+            dbs[64 * cq + i1] = db1;
+        }
     }
+    __syncthreads();  // phase 6's threads read RC / DK / RD elements that other threads wrote in 5
 
     // ---- phase 6: intra-chunk gradients of Aqk (dA1 = s dAqk) and Akk (dA2 = dAkk).
     {
@@ -1373,7 +1396,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 }
             }
         }
-        // L2-norm row dots and dbeta partials -> slots (dGamma is in RD already).
+        // L2-norm row dots -> slots (dGamma is in RD already).
         float pq0 = 0.f, pq1 = 0.f, pk0 = 0.f, pk1 = 0.f;
         const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
 #pragma unroll
@@ -1391,21 +1414,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 }
             }
         }
+        if (kL2Norm) {
 #pragma unroll
-        for (int m = 1; m <= 2; m <<= 1) {
-            db0 += __shfl_xor_sync(0xffffffffu, db0, m);
-            db1 += __shfl_xor_sync(0xffffffffu, db1, m);
-            if (kL2Norm) {
+            for (int m = 1; m <= 2; m <<= 1) {
                 pq0 += __shfl_xor_sync(0xffffffffu, pq0, m);
                 pq1 += __shfl_xor_sync(0xffffffffu, pq1, m);
                 pk0 += __shfl_xor_sync(0xffffffffu, pk0, m);
                 pk1 += __shfl_xor_sync(0xffffffffu, pk1, m);
             }
-        }
-        if (t == 0) {
-            dbs[64 * cq + i0] = db0;
-            dbs[64 * cq + i1] = db1;
-            if (kL2Norm) {
+            if (t == 0) {
                 sc[SC_DOT + 64 * cq + i0] = pq0;
                 sc[SC_DOT + 64 * cq + i1] = pq1;
                 sc[SC_DOT + 256 + 64 * cq + i0] = pk0;
@@ -1503,5 +1520,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
         }
     }
+#undef CAKE_REIDX_WG
 #undef CAKE_REIDX
+#undef CAKE_REIDX_AS
 }
