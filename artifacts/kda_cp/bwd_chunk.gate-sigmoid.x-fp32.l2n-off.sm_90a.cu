@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:4808279d8ec4edf731998a9cefe6492f2feef4af896d7264dd9eabce3684e823
+// identity: sha256:bde83948f3963906d8d8cd1a2f362b3cf24ee8ebd554e0d05f5c5ba9c3921fee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -993,8 +993,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     }
     __syncthreads();
     // ---- phase 3c: Vn = T (beta X): T is lower triangular, so row block rb reads j-blocks <= rb.
+    // Its operands and result are in shared memory, so it takes phases 6-7's numbering (rb = warp
+    // >> 2): each sub-partition then holds one warp of every row block and the triangle's work
+    // is spread evenly over them (with rb = warp & 3, sub-partition 3 had 16 of the 40 k steps).
     {
-        CAKE_REIDX_WG;
+        CAKE_REIDX;
         float acc[4][4];
         zero16(acc);
         // columns 16 kp + 4 t: XOR 16 kp from the rows' offsets at kp = 0

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:ec086462cf89723cb0a059e4078850fa59c6872c93511b690968d26f1c2a4e61
+// identity: sha256:5e57339edf183e73948cbb7f5ac5054817f00ea578162eb8d2f095e8a3e7ddc3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -894,8 +894,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     }
     __syncthreads();
     // ---- phase 3c: Vn = T (beta X): T is lower triangular, so row block rb reads j-blocks <= rb.
+    // Its operands and result are in shared memory, so it takes phases 6-7's numbering (rb = warp
+    // >> 2): each sub-partition then holds one warp of every row block and the triangle's work
+    // is spread evenly over them (with rb = warp & 3, sub-partition 3 had 16 of the 40 k steps).
     {
-        CAKE_REIDX_WG;
+        CAKE_REIDX;
         float acc[4][4];
         zero16(acc);
         // columns 16 kp + 4 t: XOR 16 kp from the rows' offsets at kp = 0

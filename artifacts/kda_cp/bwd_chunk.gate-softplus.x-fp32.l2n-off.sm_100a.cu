@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:aa789e8aadef77a671d5ab1547783eadea2c2b45cc6ed7da06f2ffc95b244498
+// identity: sha256:c9b302d9a0c137112176a531901aca4ab05a9d491d679e358b609a8233075ea1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -838,8 +838,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     }
     __syncthreads();
     // ---- phase 3c: Vn = T (beta X): T is lower triangular, so row block rb reads j-blocks <= rb.
+    // Its operands and result are in shared memory, so it takes phases 6-7's numbering (rb = warp
+    // >> 2): each sub-partition then holds one warp of every row block and the triangle's work
+    // is spread evenly over them (with rb = warp & 3, sub-partition 3 had 16 of the 40 k steps).
     {
-        CAKE_REIDX_WG;
+        CAKE_REIDX;
         float acc[4][4];
         zero16(acc);
         // columns 16 kp + 4 t: XOR 16 kp from the rows' offsets at kp = 0

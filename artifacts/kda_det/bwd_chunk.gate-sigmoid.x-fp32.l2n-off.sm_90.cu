@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:16cd6b68f7e3b65cf3338ef2fd906b56098c547ebd2431ea3e3613acdd6477b2
+// identity: sha256:960688a0e9f02b2f3057eec2bbc292aeb7cad1649941d157ebbc0144446458ff
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -838,8 +838,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     }
     __syncthreads();
     // ---- phase 3c: Vn = T (beta X): T is lower triangular, so row block rb reads j-blocks <= rb.
+    // Its operands and result are in shared memory, so it takes phases 6-7's numbering (rb = warp
+    // >> 2): each sub-partition then holds one warp of every row block and the triangle's work
+    // is spread evenly over them (with rb = warp & 3, sub-partition 3 had 16 of the 40 k steps).
     {
-        CAKE_REIDX_WG;
+        CAKE_REIDX;
         float acc[4][4];
         zero16(acc);
         // columns 16 kp + 4 t: XOR 16 kp from the rows' offsets at kp = 0

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:1e3fe45d19b25f8bc9a8561dd9854cf3eecae14756ba1eada311cba56ce880ab
+// identity: sha256:99e156ca7167c2754ceba74c5f69f647fba92c434e431974b1ec6016f1c24c0e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -894,8 +894,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     }
     __syncthreads();
     // ---- phase 3c: Vn = T (beta X): T is lower triangular, so row block rb reads j-blocks <= rb.
+    // Its operands and result are in shared memory, so it takes phases 6-7's numbering (rb = warp
+    // >> 2): each sub-partition then holds one warp of every row block and the triangle's work
+    // is spread evenly over them (with rb = warp & 3, sub-partition 3 had 16 of the 40 k steps).
     {
-        CAKE_REIDX_WG;
+        CAKE_REIDX;
         float acc[4][4];
         zero16(acc);
         // columns 16 kp + 4 t: XOR 16 kp from the rows' offsets at kp = 0
