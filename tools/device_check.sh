@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call: GPU tests (shipped arch, then the sm_90 twins), compute-sanitizer on a small
 # set, accuracy and forward speed against FLA 0.6.0. Logs go to $OUT. Usage on the H200:
-#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed fla-cache kernels diag long long-report speed-long host probe bits ab)
+#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed fla-cache kernels diag long long-report speed-long host probe bits ab abtime)
+# abtime times tree variants built here (`tools/ablate.py build --out DIR --tree p0=<main> --tree
+# new=<worktree> --programs ...`, DIR carried) against AB_REF on each row:variant of AB_ROWS.
 # bits / ab compare this tree with .base (tools/ab_prepare.sh): o and every gradient bitwise (one
 # fwd+bwd per BITS_ROWS entry, row:variant), and per-kernel times (kernels in both trees, twice here,
 # for each of AB_VARIANTS).
@@ -58,6 +60,11 @@ for step in $steps; do
         done
       done > "$OUT/ab.txt"
       python3 tools/ab_table.py "$OUT/ab.txt" ;;
+    abtime) for rv in ${AB_ROWS:-1doc:g:off:saved 1doc:raw:off:saved 1doc:g:fused:replay 1doc:raw:fused:replay R2:g:off:saved}; do
+        row=${rv%%:*} variant=${rv#*:} log="$OUT/abtime-${rv//:/-}.log"
+        timeout ${AB_S:-90} python3 tools/ablate.py time --dir "${AB_DIR:-.ablate}" --rounds ${AB_ROUNDS:-7} --check --ref "${AB_REF:-tree-p0}" --row "$row" --variant "$variant" > "$log" 2>&1
+        echo "== $rv (rc=$?)"; grep -E "grid=|tree-|same " "$log"
+      done ;;
     probe) timeout 120 python3 -m pytest -q -m sm90 -rf tests/test_wgmma_probe_gpu.py 2>&1 | tee "$OUT/probe.log" | tail -8 ;;
     latency) python3 tools/load_latency.py >/dev/null 2>&1; python3 tools/load_latency.py --json "$OUT/latency.json" ;;
   esac
