@@ -121,11 +121,12 @@ NO_PRECISE = [
     )
 ]
 
-# every mma.sync of kda_bwd_chunk goes through mma_k16 / mma_k16q (two m16n8k8 tf32 each); as one
-# m16n8k16 f16 (the same reduction slots: a lane's k = 4t..4t+3 on the f16 slots 2t, 2t+1, 2t+8,
-# 2t+9), its operands converted by cvt.rn.f16x2 where they are used. Unscaled, so only a timing:
-# what fp16 operands would take off the kernel with every operand routine as it is (docs/notes.md,
-# session 17)
+# every mma.sync of kda_bwd_chunk's sm_90a program goes through mma_k16 (two m16n8k8 tf32; its
+# phases 3a, 4 and 5 are on wgmma, so it has no mma_k16q, the mma.sync programs' step of 3a and
+# 4); as one m16n8k16 f16 (the same reduction slots: a lane's k = 4t..4t+3 on the f16 slots 2t,
+# 2t+1, 2t+8, 2t+9), its operands converted by cvt.rn.f16x2 where they are used. Unscaled, so only
+# a timing: what fp16 operands would take off the kernel with every operand routine as it is
+# (docs/notes.md, session 17)
 _F16X2 = 'asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"({r}) : "f"({hi}), "f"({lo}));'
 _MMA_F16 = (
     'asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, '
@@ -141,7 +142,6 @@ def _f16_body(signature: str, pairs: list[tuple[str, str, str]]) -> str:
 
 _B = [("b0", "b.x", "b.y"), ("b1", "b.z", "b.w")]
 _K16 = "__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi, const float4& b)"
-_K16Q = "__device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, const float4& q1, const float4& b)"
 # the f16 definition goes in front of the shipped one, which is renamed (so left unused)
 F16_MMA = [
     (
@@ -157,21 +157,6 @@ F16_MMA = [
             ],
         )
         + _K16.replace("mma_k16(", "mma_k16_tf32(")
-        + " {",
-    ),
-    (
-        _K16Q + " {",
-        _f16_body(
-            _K16Q,
-            [
-                ("a0", "q0.x", "q0.z"),
-                ("a1", "q0.y", "q0.w"),
-                ("a2", "q1.x", "q1.z"),
-                ("a3", "q1.y", "q1.w"),
-                *_B,
-            ],
-        )
-        + _K16Q.replace("mma_k16q(", "mma_k16q_tf32(")
         + " {",
     ),
 ]
@@ -241,8 +226,8 @@ _BULK_LOOPS = {
     ],
     "no3b": [
         (
-            "for (int kp = 0; kp < 8; ++kp) {\n            const float4 ka = ld4_bf16_at(ks",
-            "for (int kp = 0; kp < 0; ++kp) {\n            const float4 ka = ld4_bf16_at(ks",
+            "for (int kp = 0; kp < 8; ++kp) {\n            const float4 ka = cake_ld4_bf16_at(ks",
+            "for (int kp = 0; kp < 0; ++kp) {\n            const float4 ka = cake_ld4_bf16_at(ks",
         )
     ],
     "no4": [

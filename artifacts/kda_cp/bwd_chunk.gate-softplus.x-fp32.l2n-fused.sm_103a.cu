@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:198cf8784339fbe0b54ff250e150c4900b969e0ce896aee6990980962326f6ae
+// identity: sha256:a7c41a04b0efc9712aedd7ace733a04e4a57d76ef9fe31dc10e00d9b4860b164
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -29,6 +29,29 @@ __device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
     return (unsigned short)(cake_pack_bf16x2(x, 0.f) & 0xffffu);
 }
 // ---- end cake/bf16.cuh ----
+// ---- begin cake/bf16_tile.cuh ----
+// The [64][128] bf16 tiles of kda_fwd_chunk and kda_bwd_chunk (q, k, v; dO in bwd_chunk), one
+// layout in both: a row's 4-element (8-byte) units u = 0..31 XOR-swizzled by cake_sw_bf16(r),
+// which reads r's low 4 bits only, so rows r + 16 j keep row r's swizzle.
+
+__device__ __forceinline__ int cake_sw_bf16(int r) { return ((r ^ (r >> 2)) & 3) << 2; }
+
+// Unit u of row r, as an element offset.
+__device__ __forceinline__ int cake_at_bf16(int r, int u) {
+    return r * 128 + ((u ^ cake_sw_bf16(r)) << 2);
+}
+
+// Element (r, d), widened.
+__device__ __forceinline__ float cake_ld1_bf16(const unsigned short* s, int r, int d) {
+    return cake_bf16_to_f32(s[cake_at_bf16(r, d >> 2) + (d & 3)]);
+}
+
+// The unit at offset off (a cake_at_bf16 offset or one derived from it), widened: one 8-byte load.
+__device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int off) {
+    const uint2 p = *reinterpret_cast<const uint2*>(s + off);
+    return make_float4(cake_bf16_lo(p.x), cake_bf16_hi(p.x), cake_bf16_lo(p.y), cake_bf16_hi(p.y));
+}
+// ---- end cake/bf16_tile.cuh ----
 // ---- begin cake/mma.cuh ----
 
 // Round to nearest, ties to even: the same half-ulp bound the TF32 error budget in
@@ -318,8 +341,8 @@ __device__ __forceinline__ int fx_at(FxRow a, int kp) { return ((kp & 1) ? a.od 
 __device__ __forceinline__ int tg_col(int W, int t, int m, int par) {
     return 4 * t * W + ((((m >> 2) ^ (2 * t) ^ (4 * par))) << 2) + (m & 3);
 }
-// The bf16 element (16 J + 4 t + e, d) of a [64][128] bf16 tile: its swizzle sw_bf16 depends on
-// (e ^ t) only, so it is at bf_col(t, d, e) + 2048 J.
+// The bf16 element (16 J + 4 t + e, d) of a [64][128] bf16 tile (cake/bf16_tile.cuh): its swizzle
+// cake_sw_bf16 depends on (e ^ t) only, so it is at bf_col(t, d, e) + 2048 J.
 __device__ __forceinline__ int bf_col(int t, int d, int e) {
     return (4 * t + e) * 128 + ((((d >> 2) ^ (4 * ((e ^ t) & 3)))) << 2) + (d & 3);
 }
@@ -344,25 +367,19 @@ constexpr int SD_STEP = 2048;
 __device__ __forceinline__ int px_pair(int r) { return 8 * (r >> 4) + (r & 7); }
 __device__ __forceinline__ int px_chunk(int r, int c) { return px_pair(r) * 256 + ((c ^ (5 * (r & 1))) << 2); }
 
-// bf16 [64][128] tiles (q, k, v, dO): kda_fwd_chunk's layout, u = 4-element unit (0..31).
-__device__ __forceinline__ int sw_bf16(int r) { return ((r ^ (r >> 2)) & 3) << 2; }
-__device__ __forceinline__ int at_bf16(int r, int u) { return r * 128 + ((u ^ sw_bf16(r)) << 2); }
-__device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d) {
-    return cake_bf16_to_f32(s[at_bf16(r, d >> 2) + (d & 3)]);
-}
-
 // A thread's accumulator elements (rows i0 + 8 h, columns 32 cq + 8 m + 2 t + x; e = 2 h + x) as
 // offsets from one base per tile, so that an epilogue computes no swizzle: column block m flips
 // chunk bits 1-2 (offset bits 3-4), row + 8 adds 8 rows and flips swz's bit 2 (fp32: offset bit 4)
-// or sw_bf16's bit 3 (bf16: offset bit 5). fp32 W-wide: base fx<W>(i0, 32 cq + 2 t); any other row
-// r (h = 0) from its own base fx<W>(r, 32 cq + 2 t). bf16: base at_bf16(i0, 8 cq + (t >> 1)) + 2 (t & 1).
-// k-loops likewise: at_bf16(r, 4 kp + t) = at_bf16(r, t) ^ 16 kp and fx<W>(r, 16 kp + 4 t) =
-// fx<W>(r, 4 t) ^ 16 kp (kp's bits lie above both swizzles' and t's).
+// or cake_sw_bf16's bit 3 (bf16: offset bit 5). fp32 W-wide: base fx<W>(i0, 32 cq + 2 t); any
+// other row r (h = 0) from its own base fx<W>(r, 32 cq + 2 t). bf16: base
+// cake_at_bf16(i0, 8 cq + (t >> 1)) + 2 (t & 1). k-loops likewise: cake_at_bf16(r, 4 kp + t) =
+// cake_at_bf16(r, t) ^ 16 kp and fx<W>(r, 16 kp + 4 t) = fx<W>(r, 4 t) ^ 16 kp (kp's bits lie
+// above both swizzles' and t's).
 template <int W = 128>
 __device__ __forceinline__ int fx_el(int base, int m, int e) {
     return ((base ^ (8 * m) ^ (16 * (e >> 1))) + 8 * W * (e >> 1)) + (e & 1);
 }
-__device__ __forceinline__ int bf_base(int r, int cq, int t) { return at_bf16(r, 8 * cq + (t >> 1)) + 2 * (t & 1); }
+__device__ __forceinline__ int bf_base(int r, int cq, int t) { return cake_at_bf16(r, 8 * cq + (t >> 1)) + 2 * (t & 1); }
 __device__ __forceinline__ int bf_el(int base, int m, int h) { return (base ^ (8 * m) ^ (32 * h)) + 1024 * h; }
 // Elements (r, d) and (r, d + 1), d even, at offset off of (r, d): one 32-bit load.
 __device__ __forceinline__ float2 ld2_bf16_at(const unsigned short* s, int off) {
@@ -374,17 +391,9 @@ __device__ __forceinline__ float4 ldq_bf16_el(const unsigned short* s, int base,
     const float2 a = ld2_bf16_at(s, bf_el(base, m, 0)), b = ld2_bf16_at(s, bf_el(base, m, 1));
     return make_float4(a.x, a.y, b.x, b.y);
 }
-// Unit (r, u) (four elements) at offset off = at_bf16(r, u).
-__device__ __forceinline__ float4 ld4_bf16_at(const unsigned short* s, int off) {
-    const uint2 p = *reinterpret_cast<const uint2*>(s + off);
-    return make_float4(cake_bf16_lo(p.x), cake_bf16_hi(p.x), cake_bf16_lo(p.y), cake_bf16_hi(p.y));
-}
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
-// r4 with cvt.rna: phase 5's B operand keeps it, or ptxas spills (cake_tf32_rna in cake/mma.cuh).
-__device__ __forceinline__ float rna32(float x) { return __uint_as_float(cake_tf32_rna(x)); }
-__device__ __forceinline__ float4 r4a(float4 a) { return make_float4(rna32(a.x), rna32(a.y), rna32(a.z), rna32(a.w)); }
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 __device__ __forceinline__ float g4(const float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
 __device__ __forceinline__ float& e4(float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
@@ -422,7 +431,8 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
 }
 
 // The same 16-deep step with the two A quads as stored in a pair-interleaved tile (px_chunk):
-// q0 = {a_lo.x, a_hi.x, a_lo.y, a_hi.y}, q1 = {a_lo.z, a_hi.z, a_lo.w, a_hi.w} of mma_k16.
+// q0 = {a_lo.x, a_hi.x, a_lo.y, a_hi.y}, q1 = {a_lo.z, a_hi.z, a_lo.w, a_hi.w} of mma_k16 (phases
+// 3a and 4 of the mma.sync programs; sm_90a runs them on wgmma).
 __device__ __forceinline__ void mma_k16q(float (&d)[4], const float4& q0, const float4& q1, const float4& b) {
     cake_mma_tf32(d, __float_as_uint(q0.x), __float_as_uint(q0.y), __float_as_uint(q0.z),
                   __float_as_uint(q0.w), __float_as_uint(b.x), __float_as_uint(b.y));
@@ -556,7 +566,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // rb < 3: warp & 3 = cq spreads both over the SM's sub-partitions). Registers that cross from
     // 5 to 6 (Dq, Dk, db0, db1) are stored at the end of phase 5.
     const int rb = warp >> 2, cq = warp & 3;
-    const int i0 = 16 * rb + g, i1 = i0 + 8;
     // Each phase re-derives its indices through an opaque copy (CAKE_REIDX; CAKE_REIDX_WG in phases
     // 2-5), so the compiler cannot keep one phase's shared-memory addresses alive for the next
     // (register pressure, spills).
@@ -588,14 +597,14 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // program's hot code has to stay within the SM's instruction cache (docs/kernel-notes.md,
         // session 6).
         // Each thread copies the same rows and 16-byte piece of every tile, a constant apart: rows
-        // r + 16 and r + 32 keep the swizzles (sw_bf16, swz depend on r's low 4 bits), so every
-        // copy's addresses are the thread's first ones plus a constant (the index arithmetic of
-        // each copy was ~80 % of phase 0's instructions).
+        // r + 16 and r + 32 keep the swizzles (cake_sw_bf16, swz depend on r's low 4 bits), so
+        // every copy's addresses are the thread's first ones plus a constant (the index arithmetic
+        // of each copy was ~80 % of phase 0's instructions).
         {
             const int r0 = tid >> 4, ch = tid & 15;  // bf16 tiles and TA: rows r0, r0 + 32
             const bool ok0 = r0 < L, ok1 = r0 + 32 < L;
             const long long o0 = in_base + (long long)r0 * tok_stride + ch * 8, o1 = o0 + 32 * tok_stride;
-            const int d0 = at_bf16(r0, 2 * ch);
+            const int d0 = cake_at_bf16(r0, 2 * ch);
 #pragma unroll 1
             for (int i = 0; i < 8; ++i) {
                 const int which = i >> 1, hf = i & 1;
@@ -697,10 +706,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
             for (int par = 0; par < 2; ++par) bq[ni][par] = tg_col(128, t, 32 * cq + 8 * ni + g, par);
         for (int kp = rb; kp < 4; ++kp) {  // T^T[i][j] = T[j][i] is zero for j < i
-            const int j0 = 16 * kp + 4 * t;
             float4 alo = r4(ldt4_at<64>(TT, a00, a01, kp)), ahi = r4(ldt4_at<64>(TT, a10, a11, kp));
             if (kp == rb) {  // drop T[i][i] = 1 and keep T[j][i] = 0 for j < i (TA holds Akk there):
-                // rows j0 + e against columns i0 = 16 rb + g, i1 = i0 + 8
+                // rows 16 kp + e0 + e against columns i0 = 16 rb + g, i1 = i0 + 8
                 const int e0 = 4 * t;
                 if (e0 + 0 <= g) alo.x = 0.f; if (e0 + 1 <= g) alo.y = 0.f;
                 if (e0 + 2 <= g) alo.z = 0.f; if (e0 + 3 <= g) alo.w = 0.f;
@@ -781,13 +789,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // chunks 8 kp + 2 t (+ 1) of pair row i0: + 32 kp (the XOR with 5 (g & 1) keeps bit 3 up)
         const float* yq0 = RC + px_chunk(i0, 2 * t);
         const float* yq1 = RC + px_chunk(i0, 2 * t + 1);
-        const int o0 = at_bf16(i0, t), o1 = at_bf16(i1, t);  // units 4 kp + t: XOR 16 kp
+        const int o0 = cake_at_bf16(i0, t), o1 = cake_at_bf16(i1, t);  // units 4 kp + t: XOR 16 kp
 #pragma unroll 1
         for (int k2 = 0; k2 < 4; ++k2) {
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int kp = 2 * k2 + j;
-                const float4 olo = ld4_bf16_at(os, o0 ^ (16 * kp)), ohi = ld4_bf16_at(os, o1 ^ (16 * kp));
+                const float4 olo = cake_ld4_bf16_at(os, o0 ^ (16 * kp)), ohi = cake_ld4_bf16_at(os, o1 ^ (16 * kp));
                 const float4 y0 = *reinterpret_cast<const float4*>(yq0 + 32 * kp);
                 const float4 y1 = *reinterpret_cast<const float4*>(yq1 + 32 * kp);
 #pragma unroll
@@ -836,10 +844,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
             for (int par = 0; par < 2; ++par) bq[ni][par] = tg_col(128, t, 32 * cq + 8 * ni + g, par);
         // units 4 kp + t of rows i0, i1 (bf16), columns 16 kp + 4 t (fp32): XOR 16 kp
-        const int o0 = at_bf16(i0, t), o1 = at_bf16(i1, t), f0 = fx<128>(i0, 4 * t), f1 = fx<128>(i1, 4 * t);
+        const int o0 = cake_at_bf16(i0, t), o1 = cake_at_bf16(i1, t), f0 = fx<128>(i0, 4 * t), f1 = fx<128>(i1, 4 * t);
 #pragma unroll 2
         for (int kp = 0; kp < 8; ++kp) {
-            const float4 ka = ld4_bf16_at(ks, o0 ^ (16 * kp)), kb = ld4_bf16_at(ks, o1 ^ (16 * kp));
+            const float4 ka = cake_ld4_bf16_at(ks, o0 ^ (16 * kp)), kb = cake_ld4_bf16_at(ks, o1 ^ (16 * kp));
             const float4 ga = ldf4(gs, f0 ^ (16 * kp)), gb = ldf4(gs, f1 ^ (16 * kp));
             float4 alo, ahi;  // -Kg, TF32
             alo.x = -rtf32(ka.x * rk0 * cake_ex2(ga.x)); alo.y = -rtf32(ka.y * rk0 * cake_ex2(ga.y));
@@ -956,9 +964,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
         };
         if (which == 0) {
-            const int o0 = at_bf16(i0, t), o1 = at_bf16(i1, t);  // units 4 kp + t: XOR 16 kp
+            const int o0 = cake_at_bf16(i0, t), o1 = cake_at_bf16(i1, t);  // units 4 kp + t: XOR 16 kp
             product([&](int kp, float4& q0, float4& q1) {
-                const float4 alo = ld4_bf16_at(os, o0 ^ (16 * kp)), ahi = ld4_bf16_at(os, o1 ^ (16 * kp));
+                const float4 alo = cake_ld4_bf16_at(os, o0 ^ (16 * kp)), ahi = cake_ld4_bf16_at(os, o1 ^ (16 * kp));
                 q0 = make_float4(alo.x, ahi.x, alo.y, ahi.y);
                 q1 = make_float4(alo.z, ahi.z, alo.w, ahi.w);
             });
@@ -1370,8 +1378,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
                         for (int x = 0; x < 4; ++x) {
                             const int d = 32 * cq + 8 * (2 * nh + (x >> 1)) + 2 * t + (x & 1);
-                            qi[x] = ld1_bf16(qs, i, d) * rqi;
-                            ki[x] = ld1_bf16(ks, i, d) * rki;
+                            qi[x] = cake_ld1_bf16(qs, i, d) * rqi;
+                            ki[x] = cake_ld1_bf16(ks, i, d) * rki;
                             gi[x] = gs[fx<128>(i, d)];
                             rq_[x] = rk_[x] = cq_[x] = ck_[x] = 0.f;
                         }
@@ -1387,13 +1395,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                             for (int x = 0; x < 4; ++x) {
                                 const int d = 32 * cq + 8 * (2 * nh + (x >> 1)) + 2 * t + (x & 1);
                                 const float gu = gs[fx<128>(u, d)];
-                                const float ku = ld1_bf16(ks, u, d) * rku;
+                                const float ku = cake_ld1_bf16(ks, u, d) * rku;
                                 if (lo) {
                                     const float E = cake_ex2(gi[x] - gu);
                                     rq_[x] = fmaf(a1 * ku, E, rq_[x]);
                                     rk_[x] = fmaf(a2 * ku, E, rk_[x]);
                                 } else if (hi) {
-                                    const float qu = ld1_bf16(qs, u, d) * rqu;
+                                    const float qu = cake_ld1_bf16(qs, u, d) * rqu;
                                     const float E = cake_ex2(gu - gi[x]);
                                     cq_[x] = fmaf(a1 * qu, E, cq_[x]);
                                     ck_[x] = fmaf(a2 * ku, E, ck_[x]);
@@ -1488,7 +1496,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // of DK, two 256-byte runs of stores) where each thread's 2 x 2-column pieces of 8 rows had
         // each warp store 16 bytes into 8 rows at a time. The same operations on each element.
         // task m's row warp + 16 m keeps row warp's swizzles: its offsets are + 2048 m
-        const int fw = fx<128>(warp, 4 * lane), bw = at_bf16(warp, lane);
+        const int fw = fx<128>(warp, 4 * lane), bw = cake_at_bf16(warp, lane);
 #pragma unroll 1
         for (int m = 0; m < 4; ++m) {
             const int task = tid + 512 * m, i = task >> 5, u = task & 31;
@@ -1502,7 +1510,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             float a[4] = {dq4.x, dq4.y, dq4.z, dq4.w}, b[4] = {dk4.x, dk4.y, dk4.z, dk4.w};
             if (kL2Norm) {
                 const float r_q = rq[i], r_k = rk[i];
-                const float4 y4 = ld4_bf16_at(qs, bw + 2048 * m), z4 = ld4_bf16_at(ks, bw + 2048 * m);
+                const float4 y4 = cake_ld4_bf16_at(qs, bw + 2048 * m), z4 = cake_ld4_bf16_at(ks, bw + 2048 * m);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     a[e] = r_q * (a[e] - g4(y4, e) * r_q * dotq);
@@ -1532,12 +1540,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float off = 0.f;
         for (int s2 = 3; s2 > sg; --s2) off += sc[SC_SEG + 128 * s2 + d];
         float bias_acc = 0.f, a_acc = 0.f;
-        float a_exp = 0.f, bias_d = 0.f;
-        (void)a_exp;
-        if (kGate != 0) {
-            a_exp = expf(A_log[h]);
-            bias_d = dt_bias[h * 128 + d];
-        }
+        const float a_exp = expf(A_log[h]), bias_d = dt_bias[h * 128 + d];
         for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r) {
             const float dgv = RD[fx<128>(r, d)] + off;
             const long long o = in_base + (long long)r * tok_stride + d;

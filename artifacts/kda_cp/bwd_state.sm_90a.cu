@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:0a22173060ab166c3a695b16ffdce94879040ce1517acc76f2a18cb9bfe96700
+// identity: sha256:b3d67000d0754e1ca85340d695321668fcf48b73711126a91962246d00975e16
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -132,14 +132,17 @@ __device__ __forceinline__ int cake_wg_idx(int row, int k) {
 // a tile starting at shared-memory byte address addr; cake_wg_desc_at adds a step's byte offset / 16
 // to it, which cannot carry out of the address field (shared-memory addresses are below 2^18), so
 // a loop's descriptors cost one add each from a low word computed once.
-constexpr unsigned int kWgDescHi = 64u | (1u << 30);
 __device__ __forceinline__ unsigned int cake_wg_desc_lo(unsigned int addr) {
     return ((addr & 0x3FFFF) >> 4) | (1u << 16);
 }
 template <int ROWS>
 __device__ __forceinline__ unsigned long long cake_wg_desc_at(unsigned int lo, int row0, int s) {
+    // the high word, a constant here: at namespace scope it was unreferenced (NVRTC warning 177)
+    // in the programs that include this header for its layout only (kda_fwd_chunk sm_90a, the
+    // portable fwd_state and fwd_state_local programs)
+    constexpr unsigned int hi = 64u | (1u << 30);
     const int bytes = (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
-    return ((unsigned long long)kWgDescHi << 32) | (lo + (unsigned int)(bytes >> 4));
+    return ((unsigned long long)hi << 32) | (lo + (unsigned int)(bytes >> 4));
 }
 template <int ROWS>
 __device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {
@@ -243,45 +246,8 @@ __device__ __forceinline__ int cake_img_u(int r, int v) {
 
 namespace {
 
-// B-operand tiles ([n][k] storage, read with float4 along k): the forward state pass's swizzle.
-__device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
-__device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
-__device__ __forceinline__ int at64(int r, int c) { return r * 64 + ((c ^ sw(r)) << 2); }
-__device__ __forceinline__ int el128(int r, int col) { return at128(r, col >> 2) + (col & 3); }
-__device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) + (col & 3); }
-
-// A-operand tiles stored [k][m] (the global layouts of Qg, W, Kd^T and Aqk put the reduction index
-// on the row here), read "transposed": lane (g, t) gathers rows k0 + 4t .. 4t+3 of column m0 + g.
-// For a fixed row offset the four t take rows whose (r >> 2) & 3 = t, so XOR-ing the 16-byte column
-// chunk with 2t spreads the 4 rows x 2 chunks of a warp over all 32 banks (row strides are
-// multiples of 32 words).
-__device__ __forceinline__ int swt(int r) { return ((r >> 2) & 3) << 1; }
-__device__ __forceinline__ int tr128(int r, int c) { return r * 128 + ((c ^ swt(r)) << 2); }
-__device__ __forceinline__ int tr64(int r, int c) { return r * 64 + ((c ^ swt(r)) << 2); }
-
 // dO staging, bf16 [64 tok][64 v]: 8-value (16-byte) chunks XOR-swizzled by the row's low 3 bits.
 __device__ __forceinline__ int at_or(int r, int cc) { return r * 64 + ((cc ^ (r & 7)) << 3); }
-
-__device__ __forceinline__ float4 ld4(const float* s, int idx) {
-    return *reinterpret_cast<const float4*>(s + idx);
-}
-
-// {T[k0][m], T[k0+1][m], T[k0+2][m], T[k0+3][m]} of a [k][m] tile of width 64 or 128, from
-// p = &T[k0][m] (k0 % 4 = 0: rows k0..k0+3 share swt, so they lie WIDTH apart).
-template <int WIDTH>
-__device__ __forceinline__ float4 ldt4(const float* p) {
-    return make_float4(p[0], p[WIDTH], p[2 * WIDTH], p[3 * WIDTH]);
-}
-
-// A 16x8 by 16-deep product step; lane (g, t) holds reduction indices 4t..4t+3 of the 16 (first
-// mma 4t, 4t+1; second 4t+2, 4t+3; the same map for A and B). Operands are already TF32.
-__device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const float4& a_hi,
-                                        const float4& b) {
-    cake_mma_tf32(d, __float_as_uint(a_lo.x), __float_as_uint(a_hi.x), __float_as_uint(a_lo.y),
-                  __float_as_uint(a_hi.y), __float_as_uint(b.x), __float_as_uint(b.y));
-    cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),
-                  __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
-}
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
@@ -318,8 +284,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
     const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
     const long long tok_stride = (long long)H * 128;
+    // A thread's element x: row row_of(x), column 8 (x >> 2) + 2t + (x & 1).
     auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
-    auto col_of = [&](int x) { return 8 * (x >> 2) + 2 * t + (x & 1); };
     const int kd0 = 64 * wg;  // this warpgroup's key rows of dS
     // A tiles stored [k][m] with the 16-byte chunks of row k XOR-ed by 2 (k % 4): the register-A
     // gathers (rows k0 + t, columns m0 + g, t = 0..3, g = 0..7) hit 32 distinct banks.
@@ -343,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // parity b) plus constants, where recomputing them per element cost registers and per-chunk
     // instructions (identities checked exhaustively).
     auto hx = [](int x) { return 8 * ((x >> 1) & 1); };  // the XOR of row + 8
-    const int oS = cake_opaque((kd0 + 16 * w + g) * 128 + 2 * t);  // dS element (kd0 + row_of(0), col_of(0))
+    const int oS = cake_opaque((kd0 + 16 * w + g) * 128 + 2 * t);  // dS element (kd0 + row_of(0), 2t)
     float S[32];
 #pragma unroll
     for (int x = 0; x < 32; ++x)
@@ -408,7 +374,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // dO conversion: staging chunk (tid & 63, tid >> 6) (+ 4: ^ 32); dO^T rows 8 (tid >> 6) + j
     // (row % 8 = j flips chunk bits: ^ 4j), column tid & 63.
     const int oR = cake_opaque(at_or(tid & 63, tid >> 6)), oT = cake_opaque(cake_wg_idx<64>(8 * (tid >> 6), tid & 63));
-    // -dVn^T element (row vw + col_of(x), column row_of(x)), dVn (row_of(0), vw + col_of(0)).
+    // -dVn^T element (row vw + 8 (x >> 2) + 2t + (x & 1), column row_of(x)), dVn (row_of(0), vw + 2t).
     const int vw = 32 * __shfl_sync(0xffffffff, wg, 0);  // warp-uniform to ptxas: phase A's descriptors
     const int vT0 = cake_opaque(cake_wg_idx<64>(vw + 2 * t, 16 * w + g)), vT1 = cake_opaque(cake_wg_idx<64>(vw + 2 * t + 1, 16 * w + g));
     const int oV = cake_opaque((16 * w + g) * 128 + vw + 2 * t);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:df62e7817f34d30171d58a60b7b2afe6e8ff2e9eb87d93d45b98d58962eced26
+// identity: sha256:7491bb4b2117c21f90d85a9f4756cd1ea526cbe4742758e2c972bd63649bad29
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -29,6 +29,29 @@ __device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
     return (unsigned short)(cake_pack_bf16x2(x, 0.f) & 0xffffu);
 }
 // ---- end cake/bf16.cuh ----
+// ---- begin cake/bf16_tile.cuh ----
+// The [64][128] bf16 tiles of kda_fwd_chunk and kda_bwd_chunk (q, k, v; dO in bwd_chunk), one
+// layout in both: a row's 4-element (8-byte) units u = 0..31 XOR-swizzled by cake_sw_bf16(r),
+// which reads r's low 4 bits only, so rows r + 16 j keep row r's swizzle.
+
+__device__ __forceinline__ int cake_sw_bf16(int r) { return ((r ^ (r >> 2)) & 3) << 2; }
+
+// Unit u of row r, as an element offset.
+__device__ __forceinline__ int cake_at_bf16(int r, int u) {
+    return r * 128 + ((u ^ cake_sw_bf16(r)) << 2);
+}
+
+// Element (r, d), widened.
+__device__ __forceinline__ float cake_ld1_bf16(const unsigned short* s, int r, int d) {
+    return cake_bf16_to_f32(s[cake_at_bf16(r, d >> 2) + (d & 3)]);
+}
+
+// The unit at offset off (a cake_at_bf16 offset or one derived from it), widened: one 8-byte load.
+__device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int off) {
+    const uint2 p = *reinterpret_cast<const uint2*>(s + off);
+    return make_float4(cake_bf16_lo(p.x), cake_bf16_hi(p.x), cake_bf16_lo(p.y), cake_bf16_hi(p.y));
+}
+// ---- end cake/bf16_tile.cuh ----
 // ---- begin cake/mma.cuh ----
 
 // Round to nearest, ties to even: the same half-ulp bound the TF32 error budget in
@@ -238,34 +261,28 @@ constexpr int kGate = 0;
 typedef float x_t;
 
 // Shared-memory layouts. Every tile is stored unpadded with its 16-byte (fp32) or 8-byte (bf16)
-// columns XOR-swizzled per row; the swizzles below are the ones that make each access pattern of
-// this kernel conflict-free (derivations in docs/kernel-notes.md).
-__device__ __forceinline__ int sw_bf16(int r) { return ((r ^ (r >> 2)) & 3) << 2; }
+// columns XOR-swizzled per row; the swizzles (these and cake_sw_bf16 of the bf16 [64][128] tiles,
+// cake/bf16_tile.cuh) are the ones that make each access pattern of this kernel conflict-free
+// (derivations in docs/kernel-notes.md).
 __device__ __forceinline__ int sw_gam(int r) { return (((r >> 2) & 3) << 1) ^ ((r & 1) << 2); }
 __device__ __forceinline__ int sw_sq(int r) { return (r & 6) ^ ((r & 1) << 2); }
 
-// bf16 [64][128], u = 4-element unit index (0..31)
-__device__ __forceinline__ int at_bf16(int r, int u) { return r * 128 + ((u ^ sw_bf16(r)) << 2); }
 // fp32 Gamma [64][128], c = float4 index (0..31)
 __device__ __forceinline__ int at_gam(int r, int c) { return r * 128 + ((c ^ sw_gam(r)) << 2); }
 // fp32 [64][64] tiles (Aqk, M, T), c = float4 index (0..15)
 __device__ __forceinline__ int at_sq(int r, int c) { return r * 64 + ((c ^ sw_sq(r)) << 2); }
 
-// the 4 bf16 at element offset idx (an at_bf16 offset)
+// cake_ld4_bf16_at into an array: this kernel's loops index a unit's four elements.
 __device__ __forceinline__ void ld4_bf16_at(const unsigned short* s, int idx, float (&x)[4]) {
-    const uint2 p = *reinterpret_cast<const uint2*>(s + idx);
-    x[0] = cake_bf16_lo(p.x);
-    x[1] = cake_bf16_hi(p.x);
-    x[2] = cake_bf16_lo(p.y);
-    x[3] = cake_bf16_hi(p.y);
+    const float4 p = cake_ld4_bf16_at(s, idx);
+    x[0] = p.x;
+    x[1] = p.y;
+    x[2] = p.z;
+    x[3] = p.w;
 }
 
 __device__ __forceinline__ void ld4_bf16(const unsigned short* s, int r, int u, float (&x)[4]) {
-    ld4_bf16_at(s, at_bf16(r, u), x);
-}
-
-__device__ __forceinline__ float ld1_bf16(const unsigned short* s, int r, int d) {
-    return cake_bf16_to_f32(s[at_bf16(r, d >> 2) + (d & 3)]);
+    ld4_bf16_at(s, cake_at_bf16(r, u), x);
 }
 
 // The state pass feeds W, Qg, Kd and Aqk to tensor cores as TF32; storing them already rounded
@@ -335,12 +352,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
         // Thread (r0, ch) copies 16-byte piece ch of rows r0 + 16 j of each tile: rows r + 16 j
-        // keep the swizzle (sw_bf16 depends on r's low 4 bits), so every copy's addresses are its
-        // first ones plus a constant (with the index recomputed per copy, ~300 instructions).
+        // keep the swizzle (cake_sw_bf16 depends on r's low 4 bits), so every copy's addresses are
+        // its first ones plus a constant (with the index recomputed per copy, ~300 instructions).
         {
             const int r0 = tid >> 4, ch = tid & 15;
             const long long o0 = in_base + (long long)r0 * tok_stride + ch * 8;
-            const int d0 = at_bf16(r0, 2 * ch);
+            const int d0 = cake_at_bf16(r0, 2 * ch);
 #pragma unroll
             for (int i = 0; i < 12; ++i) {
                 const int which = i >> 2, j = i & 3;
@@ -457,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         const int sj = sub - (si * (si + 1)) / 2;
         const int s = lane & 7, hh = (lane >> 3) & 1;
         const int i0 = 16 * b + 4 * si, j0 = 16 * b + 4 * sj;
-        // Row i0 + ii's swizzles are row i0's with ii's bits XORed in (sw_bf16: 4 (si ^ ii),
+        // Row i0 + ii's swizzles are row i0's with ii's bits XORed in (cake_sw_bf16: 4 (si ^ ii),
         // sw_gam: 2 si ^ 4 (ii & 1)), and unit cu = 8 hh + 16 u + s is unit 8 hh + s XOR 16 u: so
         // each row's loads lie at its block row's offset XOR a constant, plus 128 ii.
         const int ob_i = i0 * 128 + (((8 * hh + s) ^ (4 * si)) << 2);
@@ -558,7 +575,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // every 16 rows), and unit 4 kp + t of a row lies at its unit t XOR 16 kp: so every row load
     // of the k-loop is one of these thread offsets plus 2048 J, XOR 16 kp.
     const int qk_ga = at_gam(g, t), qk_gb = at_gam(g + 8, t);
-    const int qk_ba = at_bf16(g, t), qk_bb = at_bf16(g + 8, t);
+    const int qk_ba = cake_at_bf16(g, t), qk_bb = cake_at_bf16(g + 8, t);
     auto qk_tiles = [&](const int bi, const int bj0, const int nt) {
         const int r = 16 * bi;
         const int ia = r + g, ib = r + g + 8;
@@ -731,7 +748,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int r = r0 + e;
-                const float kv = ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
+                const float kv = cake_ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
                 y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
             }
             cake_st_global_v4(kout + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));
@@ -809,11 +826,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     {
         const int cb = 16 * warp;
         // B element (token 16 kp + 4 t + e, dim cb + 8 (ni & 1) + g): the token's swizzles depend
-        // on (e, t) only (sw_bf16 on (t ^ e) & 3, sw_gam on t and e & 1), so it lies at
+        // on (e, t) only (cake_sw_bf16 on (t ^ e) & 3, sw_gam on t and e & 1), so it lies at
         // (kb0 ^ 16 e) + 128 e + 2048 kp + 8 (ni & 1) in the bf16 tiles and at
         // (gb0 ^ 16 (e & 1) ^ 8 (ni & 1)) + 128 e + 2048 kp in Gamma (kb0, gb0: token 4 t, dim
         // cb + g), where recomputing them per element cost ~300 instructions.
-        const int kb0 = at_bf16(4 * t, (cb + g) >> 2) + (g & 3);
+        const int kb0 = cake_at_bf16(4 * t, (cb + g) >> 2) + (g & 3);
         const int gb0 = at_gam(4 * t, (cb + g) >> 2) + (g & 3);
         const int sq0 = at_sq(g, t);
         float acc[4][4][4];

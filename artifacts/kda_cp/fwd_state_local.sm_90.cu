@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:4b53b9072b4fce184377df8cb207af2ae79bf3862105af749e13e1d2d3a78936
+// identity: sha256:40809241ad9c9e98e532aec3d41a68da2d162fcfeeaffa20970e5313b82c5f79
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -176,14 +176,17 @@ __device__ __forceinline__ int cake_wg_idx(int row, int k) {
 // a tile starting at shared-memory byte address addr; cake_wg_desc_at adds a step's byte offset / 16
 // to it, which cannot carry out of the address field (shared-memory addresses are below 2^18), so
 // a loop's descriptors cost one add each from a low word computed once.
-constexpr unsigned int kWgDescHi = 64u | (1u << 30);
 __device__ __forceinline__ unsigned int cake_wg_desc_lo(unsigned int addr) {
     return ((addr & 0x3FFFF) >> 4) | (1u << 16);
 }
 template <int ROWS>
 __device__ __forceinline__ unsigned long long cake_wg_desc_at(unsigned int lo, int row0, int s) {
+    // the high word, a constant here: at namespace scope it was unreferenced (NVRTC warning 177)
+    // in the programs that include this header for its layout only (kda_fwd_chunk sm_90a, the
+    // portable fwd_state and fwd_state_local programs)
+    constexpr unsigned int hi = 64u | (1u << 30);
     const int bytes = (s >> 2) * (ROWS * 128) + row0 * 128 + (s & 3) * 32;
-    return ((unsigned long long)kWgDescHi << 32) | (lo + (unsigned int)(bytes >> 4));
+    return ((unsigned long long)hi << 32) | (lo + (unsigned int)(bytes >> 4));
 }
 template <int ROWS>
 __device__ __forceinline__ unsigned long long cake_wg_desc(const float* tile, int row0, int s) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:0ccfa67b727b957e4d8e65c9f304e682f2921132e9d304784e562e26f23fbc00
+// identity: sha256:3b05b68b322ba758e5561a9e05ece5032987ad3344652e3071478767b5d2d516
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -106,6 +106,7 @@ __device__ __forceinline__ int cake_opaque(int x) {
 
 namespace {
 
+// The mma.sync program's tiles and product step (sm_90a's wgmma bodies use none of them).
 // B-operand tiles ([n][k] storage, read with float4 along k): the forward state pass's swizzle.
 __device__ __forceinline__ int sw(int r) { return (r & 6) ^ ((r & 1) << 2); }
 __device__ __forceinline__ int at128(int r, int c) { return r * 128 + ((c ^ sw(r)) << 2); }
@@ -121,9 +122,6 @@ __device__ __forceinline__ int el64(int r, int col) { return at64(r, col >> 2) +
 __device__ __forceinline__ int swt(int r) { return ((r >> 2) & 3) << 1; }
 __device__ __forceinline__ int tr128(int r, int c) { return r * 128 + ((c ^ swt(r)) << 2); }
 __device__ __forceinline__ int tr64(int r, int c) { return r * 64 + ((c ^ swt(r)) << 2); }
-
-// dO staging, bf16 [64 tok][64 v]: 8-value (16-byte) chunks XOR-swizzled by the row's low 3 bits.
-__device__ __forceinline__ int at_or(int r, int cc) { return r * 64 + ((cc ^ (r & 7)) << 3); }
 
 __device__ __forceinline__ float4 ld4(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);
@@ -145,6 +143,9 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
     cake_mma_tf32(d, __float_as_uint(a_lo.z), __float_as_uint(a_hi.z), __float_as_uint(a_lo.w),
                   __float_as_uint(a_hi.w), __float_as_uint(b.z), __float_as_uint(b.w));
 }
+
+// dO staging, bf16 [64 tok][64 v]: 8-value (16-byte) chunks XOR-swizzled by the row's low 3 bits.
+__device__ __forceinline__ int at_or(int r, int cc) { return r * 64 + ((cc ^ (r & 7)) << 3); }
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
