@@ -692,7 +692,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         + [("(states) + ws * CAKE_S16_BYTES", "(states) + rws * CAKE_S16_BYTES")],
         "nomma": [
             ("NOOP:", "#define cake_mma_tf32(...) ((void)0)"),
-            ("NOOP:", "#define cake_wgmma_n32_rs(...) ((void)0)"),  # phases 4, 5
+            ("NOOP:", "#define cake_wgmma_n32_rs(...) ((void)0)"),  # sm_90a: phases 3a, 4, 5
         ],
         # dS_end at half its DRAM bytes (rows 64..127 read rows 0..63's lines again, from L2): what
         # a 16-bit dS_end would give bwd_chunk, its widening not counted
