@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a
-// identity: sha256:7410458b139755c7835f0ab16f37cedfe5d4348e010796a3f94f6a530f54c228
+// identity: sha256:5712756080a60b712feaab2b4f63b8a7564a18194ca75db729df691209e70097
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -349,26 +349,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // the barrier, row r of group w is G_r = off_w + local_r with off_w = (((0 + t_0) + t_1) ...
     // + t_{w-1}), t_v group v's total (level 2). Rows >= L add nothing, so they repeat row L-1:
     // every exponent below stays a non-positive difference and padding rows multiply exact zeros.
+    // The raw gates' rows load first (and beta with them): Gamma heads every later product and
+    // their activations are the longer wait, so their loads go out ahead of the tiles' copies
+    // (issued after them, they queued behind 48 KB a block) and the sums run while the tiles land;
+    // v's copies are a group of their own, waited for just before [W | U], its only reader
+    // (session 26: fwd_chunk -4.3..-4.7 % for the raw gates; for gate = g the same order cost
+    // +2.2 % on 1doc, so the g programs keep the copies first).
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
-        // Thread (r0, ch) copies 16-byte piece ch of rows r0 + 16 j of each tile: rows r + 16 j
-        // keep the swizzle (cake_sw_bf16 depends on r's low 4 bits), so every copy's addresses are
-        // its first ones plus a constant (with the index recomputed per copy, ~300 instructions).
-        {
-            const int r0 = tid >> 4, ch = tid & 15;
-            const long long o0 = in_base + (long long)r0 * tok_stride + ch * 8;
-            const int d0 = cake_at_bf16(r0, 2 * ch);
-#pragma unroll
-            for (int i = 0; i < 12; ++i) {
-                const int which = i >> 2, j = i & 3;
-                const bool ok = r0 + 16 * j < L;
-                const unsigned short* src = (which == 0 ? q : which == 1 ? k : v) +
-                                            (ok ? o0 + 16 * j * tok_stride : in_base);
-                unsigned short* dst = which == 0 ? qs : which == 1 ? ks : vs;
-                cake_cp_async16(dst + d0 + 2048 * j, src, ok ? 16 : 0);
-            }
-        }
-        cake_cp_async_commit();
         const int c4 = lane, r0 = 8 * warp;
         const x_t* const xr = x + in_base + (long long)r0 * tok_stride + 4 * c4;  // row r0; row r0 + i: + i tok_stride
 #pragma unroll
@@ -376,6 +364,27 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             gv[i] = r0 + i < L ? cake_load_gate4(xr + i * tok_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
         const float4 bias = *reinterpret_cast<const float4*>(dt_bias + h * 128 + 4 * c4);
         const float ea = expf(A_log[h]);
+        float b = 0.f;  // beta of row tid (threads 0-63)
+        if (tid < 64 && tid < L) b = cake_load_beta(beta, (long long)(t0 + tid) * H + h, beta_flags);
+        // Thread (cr0, ch) copies 16-byte piece ch of rows cr0 + 16 j of each tile: rows r + 16 j
+        // keep the swizzle (cake_sw_bf16 depends on r's low 4 bits), so every copy's addresses are
+        // its first ones plus a constant (with the index recomputed per copy, ~300 instructions).
+        {
+            const int cr0 = tid >> 4, ch = tid & 15;
+            const long long o0 = in_base + (long long)cr0 * tok_stride + ch * 8;
+            const int d0 = cake_at_bf16(cr0, 2 * ch);
+#pragma unroll
+            for (int i = 0; i < 12; ++i) {
+                const int which = i >> 2, j = i & 3;
+                const bool ok = cr0 + 16 * j < L;
+                const unsigned short* src = (which == 0 ? q : which == 1 ? k : v) +
+                                            (ok ? o0 + 16 * j * tok_stride : in_base);
+                unsigned short* dst = which == 0 ? qs : which == 1 ? ks : vs;
+                cake_cp_async16(dst + d0 + 2048 * j, src, ok ? 16 : 0);
+                if (i == 7) cake_cp_async_commit();  // q and k: one group; v the next
+            }
+        }
+        cake_cp_async_commit();
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -384,14 +393,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         }
         // the group totals t_w, in M's tile (free until the qk products)
         reinterpret_cast<float4*>(Ms)[32 * warp + c4] = acc;
-        if (tid < 64) {
-            float b = 0.f;
-            if (tid < L) {
-                b = cake_load_beta(beta, (long long)(t0 + tid) * H + h, beta_flags);
-            }
-            bs[tid] = b;
-        }
-        cake_cp_async_wait<0>();
+        if (tid < 64) bs[tid] = b;
+        cake_cp_async_wait<1>();  // q and k; v lands during the products and the solve
         __syncthreads();
     }
 
@@ -818,6 +821,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         }
         __syncthreads();
     }
+
+    cake_cp_async_wait<0>();  // v's tile, for every thread's B fragments below
+    __syncthreads();
 
     // ---- [W | U] = T [diag(beta) K exp(G) | diag(beta) V], TF32 on tensor cores. Warp w owns 16
     // columns of W (n-tiles 0, 1) and the same 16 of U (n-tiles 2, 3), all 64 rows, so that every
