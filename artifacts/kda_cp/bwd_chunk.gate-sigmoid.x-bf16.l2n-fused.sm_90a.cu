@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:c05011399ab3d00f635361d7371e6814c6009b0803251ab503d264adf78e9935
+// identity: sha256:33759156fcbec51753fec159eb706e9e27b9beae56a1554377dac1bcff31dd66
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:3e0e86c3b0b60ef49eab587e7c5ef0905504cf72725b8c66ef68276f8efc60b1
+// identity: sha256:7909f49f0f2435f9fe37aeb4e64b08ca6e620d1299908f68838960d32577a293
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

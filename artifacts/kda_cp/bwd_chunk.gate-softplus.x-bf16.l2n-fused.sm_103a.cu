@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:96953db7e91149885b1fe028dfe9a8b6d2e4cd43a7e4297f4fe59bd454c26f80
+// identity: sha256:6e2b223f68304a55a27cd5476dd7510336ce37bbfec708acaa8ba86d6ff5f3fc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

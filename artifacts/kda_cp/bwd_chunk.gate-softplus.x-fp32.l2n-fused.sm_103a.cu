@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:a7c41a04b0efc9712aedd7ace733a04e4a57d76ef9fe31dc10e00d9b4860b164
+// identity: sha256:87fce402cf9879d3705b5674d8ef674a83448d0eb92e0094f241859c0f0aa9d7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:cd3fb2ee88de5da304358920f07fb2e3f7000ec6fdf372330c70f2fac89a1968
+// identity: sha256:242f57e44f7668bc6efcf5318e71ea0a79596c8247e1e420e6b0b4dac0fe2962
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

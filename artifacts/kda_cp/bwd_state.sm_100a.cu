@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:e8ef57ac820065951432a502137c9ad31a1e5672d33125c4a23762bb02340b69
+// identity: sha256:bfce7f885cf88159979d1d21be3059f789a97d8533279395ba74205d0171a8a4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -38,14 +38,6 @@ __device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

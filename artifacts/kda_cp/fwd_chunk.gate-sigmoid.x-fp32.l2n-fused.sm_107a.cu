@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a
-// identity: sha256:c74f97b80cc9ae81ac8cae8c892c31b2b9765d8eb2f8b25aea8c8d60fb8ae99a
+// identity: sha256:c5382658206693972fd99155d0c49fec23f54d06e493e354f82f986447f9d9c8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

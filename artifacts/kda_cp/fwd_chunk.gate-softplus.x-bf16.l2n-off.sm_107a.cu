@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:9f5109089f4e2d27f9263a15f3f9ede823a090a8c8413331c04aeb3b3287c21b
+// identity: sha256:a86f43badbdbade42e6540f2a6bdbe1bd699cdc7b51cd3a9ace4d7d3fe24ba65
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:ab5123e7589e47556ad5a0f49843b83d2f6da272fdbb20d11c63ac635d1c3ff5
+// identity: sha256:f70108ff5c556f423ee721b4b7f7480352c3fe77a31f417a1e6f86ac2c024d78
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:a4ffca3513872c4bbc05ec178f1dc3420341d4e7e1f69a3509a1f7b20292fe13
+// identity: sha256:0cf47aa5f2b367a81632a0aec70248d261b10b7920711e04681b09db4593491a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

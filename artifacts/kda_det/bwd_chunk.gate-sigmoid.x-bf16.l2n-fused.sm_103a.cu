@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a
-// identity: sha256:061df9af3e9fe195b6efecdae825805953fb22b73ce64ca4ef08db784d5a9db9
+// identity: sha256:4f974eb3b300f6e25de8546b3ada3c556cb7bba5e560c5455068bcd488ce9b02
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

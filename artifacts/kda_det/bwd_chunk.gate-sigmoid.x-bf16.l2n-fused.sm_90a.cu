@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:c4b1e2da6b7ebab22623bdae064cd46908b25112e3b724b65cb4a3e28bb1131f
+// identity: sha256:bc9d9d51c58a106eff75e7bfb06db9e1fa1236d7c759ce11cece73815ec7943e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -61,14 +61,6 @@ __device__ __forceinline__ float4 cake_ld4_bf16_at(const unsigned short* s, int 
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

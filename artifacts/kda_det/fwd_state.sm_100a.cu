@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:1782448a53445d4cf49138a84e996f16b4e6da52c2a065bc9ef194af5e2c964e
+// identity: sha256:a3b6c4497ccb377b1c6d40a7a2a7d6f03681e8218702bf8361dc752fcfa2086c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -38,14 +38,6 @@ __device__ __forceinline__ unsigned short cake_f32_to_bf16(float x) {
 __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// Ties away from zero, the same bound. Three instructions, but where kda_bwd_chunk uses it the
-// cheaper cvt.rn lets ptxas schedule itself into 60 bytes of spills (docs/kernel-notes.md).
-__device__ __forceinline__ unsigned int cake_tf32_rna(float x) {
-    unsigned int r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
 }
 

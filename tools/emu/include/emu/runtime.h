@@ -872,13 +872,6 @@ inline void wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned lo
 }
 
 // ---- conversions ---------------------------------------------------------------------------------
-// cvt.rna.tf32.f32: round to 10 explicit mantissa bits, ties away from zero; NaN stays NaN.
-inline unsigned int cvt_rna_tf32(float x) {
-    const unsigned int u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffffffu;
-    return (u + 0x1000u) & 0xffffe000u;
-}
-
 // cvt.rn.tf32.f32: round to 10 explicit mantissa bits, ties to even; NaN stays NaN.
 inline unsigned int cvt_rn_tf32(float x) {
     const unsigned int u = __float_as_uint(x);
