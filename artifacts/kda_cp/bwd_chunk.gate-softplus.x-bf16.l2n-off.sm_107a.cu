@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:a932ad5a59ad86e16c9452268a67c7ca56af22b8bb7927c675af802e14b438f4
+// identity: sha256:e7c3fe4e9a86015d8c3fc786208780b54426314f262f8cca5755c3f3582829ac
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -530,11 +530,24 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #define CAKE_REIDX CAKE_REIDX_AS(rb_top, cq_top)
 #define CAKE_REIDX_WG CAKE_REIDX_AS(rb_wg, cq_wg)
 
-    // ---- phase 0: loads. group 0: q, k, v, dO, dVn (rows >= L zero-filled), TA twice (TT's lower
-    // part is read as T, AK's upper part as Akk; the second copy comes from L2); group 1: S_c.
+    // ---- phase 0: loads, in the order the phases read them. group 0: v, T's copy of TA (TT's lower
+    // part is read as T), dVn (rows >= L zero-filled), waited for here; group 1: S_c, waited for
+    // in phase 2; group 2: k, dO, q, Akk's copy of TA (AK's upper part; it comes from L2), rq / rk,
+    // waited for before phase 3a, so they land while phase 2 runs.
     // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
     // where the warps of row blocks 2 and 3 form Gamma in place during phase 2.
     {
+        // G's rows first (into registers, stored into G's tile after the copies are issued): the
+        // barrier below waits for them, and issued after the copies they queued behind all of them
+        float4 gv[4];
+        const int gr0 = tid >> 5, gc4 = tid & 31;  // rows gr0 + 16 i (past L: row L - 1's values)
+        {
+            const float* g0 = G + in_base + (long long)gr0 * tok_stride + 4 * gc4;
+            const float* glast = G + in_base + (long long)(L - 1) * tok_stride + 4 * gc4;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                gv[i] = *reinterpret_cast<const float4*>(gr0 + 16 * i < L ? g0 + 16 * i * tok_stride : glast);
+        }
         // Each thread copies the same rows and 16-byte piece of every tile, a constant apart: rows
         // r + 16 and r + 32 keep the swizzles (cake_sw_bf16, swz depend on r's low 4 bits), so
         // every copy's addresses are the thread's first ones plus a constant (the index arithmetic
@@ -544,56 +557,58 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             const bool ok0 = r0 < L, ok1 = r0 + 32 < L;
             const long long o0 = in_base + (long long)r0 * tok_stride + ch * 8, o1 = o0 + 32 * tok_stride;
             const int d0 = cake_at_bf16(r0, 2 * ch);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const int which = i >> 1, hf = i & 1;
-                const bool ok = hf ? ok1 : ok0;
-                const unsigned short* src = (which == 0 ? q : which == 1 ? k : which == 2 ? v : dout) +
-                                            (ok ? (hf ? o1 : o0) : in_base);
-                unsigned short* dst = which == 0 ? qs : which == 1 ? ks : which == 2 ? vs : os;
-                cake_cp_async16(dst + d0 + 4096 * hf, src, ok ? 16 : 0);
+            // group 0, phase 2's inputs: v's tile and T's copy of TA (dVn below)
+            {
+                const unsigned short* src = v + (ok0 ? o0 : in_base);
+                cake_cp_async16(vs + d0, src, ok0 ? 16 : 0);
+                src = v + (ok1 ? o1 : in_base);
+                cake_cp_async16(vs + d0 + 4096, src, ok1 ? 16 : 0);
             }
             const float* ta = TA + ws * 4096 + r0 * 64 + 4 * ch;
             const int t0f = fx<64>(r0, 4 * ch);
+            cake_cp_async16(TT + t0f, ta, 16);
+            cake_cp_async16(TT + t0f + 2048, ta + 2048, 16);
+            {
+                const int dr0 = tid >> 5, c4 = tid & 31;  // dVn: rows dr0 + 16 i
+                const float* dv = dVn + ws * 8192;
+                const int f0 = fx<128>(dr0, 4 * c4), s0 = dr0 * 128 + 4 * c4;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int hf = i & 1;
-                cake_cp_async16((i >> 1 ? AK : TT) + t0f + 2048 * hf, ta + 2048 * hf, 16);
+                for (int i = 0; i < 4; ++i) {
+                    const bool ok = dr0 + 16 * i < L;
+                    cake_cp_async16(RC + f0 + 2048 * i, dv + (ok ? s0 + 2048 * i : 0), ok ? 16 : 0);
+                }
             }
-        }
-        {
-            const int r0 = tid >> 5, c4 = tid & 31;  // dVn: rows r0 + 16 i
-            const float* dv = dVn + ws * 8192;
-            const int f0 = fx<128>(r0, 4 * c4), s0 = r0 * 128 + 4 * c4;
+            cake_cp_async_commit();
+            {  // group 1: S_c's 16-bit record (cake/state16.cuh): the fp16 values into RD's second half, E into SE
+                const unsigned char* rec = reinterpret_cast<const unsigned char*>(states) + ws * CAKE_S16_BYTES;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const bool ok = r0 + 16 * i < L;
-                cake_cp_async16(RC + f0 + 2048 * i, dv + (ok ? s0 + 2048 * i : 0), ok ? 16 : 0);
+                for (int i = 0; i < 4; ++i) {
+                    const int idx = tid + 512 * i;
+                    cake_cp_async16(reinterpret_cast<unsigned char*>(RD + 8192) + 16 * idx, rec + 16 * idx, 16);
+                }
+                if (tid < 64) cake_cp_async16(SE + 16 * tid, rec + CAKE_S16_EXP + 16 * tid, 16);
             }
+            cake_cp_async_commit();
+            // group 2, read from phase 3a on (k, dO, rq, rk), phase 4 (Akk's copy) and 5 (q): they
+            // land while phase 2 runs
+#pragma unroll
+            for (int i = 0; i < 6; ++i) {
+                const int which = i >> 1, hf = i & 1;  // 0: k, 1: dO, 2: q
+                const bool ok = hf ? ok1 : ok0;
+                const unsigned short* src = (which == 0 ? k : which == 1 ? dout : q) +
+                                            (ok ? (hf ? o1 : o0) : in_base);
+                unsigned short* dst = which == 0 ? ks : which == 1 ? os : qs;
+                cake_cp_async16(dst + d0 + 4096 * hf, src, ok ? 16 : 0);
+            }
+            cake_cp_async16(AK + t0f, ta, 16);
+            cake_cp_async16(AK + t0f + 2048, ta + 2048, 16);
         }
         // The forward's L2-norm reciprocals (rq, rk adjacent), the same bits it used.
         if (kL2Norm && tid < 32) cake_cp_async16(rq + 4 * tid, Rn + ws * 128 + 4 * tid, 16);
         cake_cp_async_commit();
-        {  // S_c's 16-bit record (cake/state16.cuh): the fp16 values into RD's second half, E into SE
-            const unsigned char* rec = reinterpret_cast<const unsigned char*>(states) + ws * CAKE_S16_BYTES;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int idx = tid + 512 * i;
-                cake_cp_async16(reinterpret_cast<unsigned char*>(RD + 8192) + 16 * idx, rec + 16 * idx, 16);
-            }
-            if (tid < 64) cake_cp_async16(SE + 16 * tid, rec + CAKE_S16_EXP + 16 * tid, 16);
-        }
-        cake_cp_async_commit();
         // dS_end (64 KB, a 128-byte line per thread) into L2 now: phase 3's dgl reads it straight
         // from global memory, and stalled on DRAM latency there (ncu, session 4).
         cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);
-        float4 gv[4];
-        const int gr0 = tid >> 5, gc4 = tid & 31;  // rows gr0 + 16 i (past L: row L - 1's values)
-        const float* g0 = G + in_base + (long long)gr0 * tok_stride + 4 * gc4;
-        const float* glast = G + in_base + (long long)(L - 1) * tok_stride + 4 * gc4;
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            gv[i] = *reinterpret_cast<const float4*>(gr0 + 16 * i < L ? g0 + 16 * i * tok_stride : glast);
         const int gf0 = fx<128>(gr0, 4 * gc4);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -608,7 +623,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
             bs[tid] = b;
         }
-        cake_cp_async_wait<1>();
+        cake_cp_async_wait<2>();  // group 0 (and own_gamma's gate rows before it)
         __syncthreads();
     }
     auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };
@@ -678,7 +693,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 *reinterpret_cast<unsigned int*>(dv_out + in_base + (long long)i1 * tok_stride + col) =
                     cake_pack_bf16x2(b1 * acc[ni][2], b1 * acc[ni][3]);
         }
-        cake_cp_async_wait<0>();  // S_c (issued in phase 0: landed by now)
+        cake_cp_async_wait<1>();  // S_c (issued in phase 0: landed by now); group 2 may still fly
         __syncthreads();  // every read of dVn done; every thread's copies of S_c landed
         const int pe = px_chunk(i0, 16 * cq + t);  // column block ni: chunk bits 2-3
 #pragma unroll
@@ -718,6 +733,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
         for (int k = 0; k < 2; ++k) out(64 + r0 + k, late[k]);
     }
+    cake_cp_async_wait<0>();  // group 2: k, dO, q, Akk's copy, rq, rk
     __syncthreads();
 
     // ---- phase 3a: [dO; Y] S_c^T -> dQg, Z (rows i, key dims d), consumed at once:
@@ -1469,39 +1485,64 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             cake_store_beta(dbeta_out, (long long)(t0 + tid) * H + h, s, beta_flags);
         }
         // Reverse cumsum of dGamma over the valid rows: column d, segment sg = rows 16 sg..16 sg+15;
-        // local suffix sums, then the totals of the later segments in fixed order.
-        const int d = tid & 127, sg = tid >> 7;
-        float run = 0.f;
-        for (int r = 16 * sg + 15; r >= 16 * sg; --r) {
-            if (r < L) run += RD[fx<128>(r, d)];
-            RD[fx<128>(r, d)] = run;
+        // local suffix sums, then the totals of the later segments in fixed order. The 16 loads go
+        // first (rows past L too: in the tile, unused) and the sums stay in registers for the dx
+        // loop (RD is not read again): in place, each load had waited on the previous row's store.
+        const int d = tid & 127, sg = tid >> 7, r0 = 16 * sg;
+        int nv = L - r0;  // the segment's valid rows: j < nv
+        float cs[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) cs[j] = RD[fx<128>(r0 + j, d)];
+        float run = 0.f;  // rows past L come first: +0 added to +0, the bits of skipping them
+#pragma unroll
+        for (int j = 15; j >= 0; --j) {
+            run += j < nv ? cs[j] : 0.f;
+            cs[j] = run;
         }
         sc[SC_SEG + 128 * sg + d] = run;
         if (kGate != 0) cake_cp_async_wait<0>();  // x in xs, visible to all after the barrier
         __syncthreads();
         float off = 0.f;
-        for (int s2 = 3; s2 > sg; --s2) off += sc[SC_SEG + 128 * s2 + d];
+#pragma unroll
+        for (int s2 = 3; s2 >= 1; --s2)
+            if (s2 > sg) off += sc[SC_SEG + 128 * s2 + d];
         float bias_acc = 0.f, a_acc = 0.f;
         const float a_exp = expf(A_log[h]), bias_d = dt_bias[h * 128 + d];
-        for (int r = 16 * sg; r < 16 * sg + 16 && r < L; ++r) {
-            const float dgv = RD[fx<128>(r, d)] + off;
-            const long long o = in_base + (long long)r * tok_stride + d;
-            if (kGate == 0) {
-                store_dx(dg_out + o, dgv);
-            } else {
-                const float z = load_x(xs + r * 128 + d) + bias_d;
-                float dx, dA;
-                if (kGate == 1) {
-                    // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                    dx = dgv * (-a_exp * cake_sigmoid_fast(z));
-                    dA = dgv * (-a_exp * cake_softplus(z));
-                } else {
-                    // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a, dg/dA_log = lb s (1 - s) u
-                    dx = 0.f; dA = 0.f;
+        x_t* po = dg_out + in_base + (long long)r0 * tok_stride + d;  // row r0's dg / dx
+        nv = cake_opaque(nv);  // compared anew: 16 predicates kept across the barrier went to P2R
+        {
+            // 4 rows a pass (their x loads issued together), rolled: the activations unrolled 16
+            // times would cost instruction cache; cs shifts down 4 a pass (registers, no indexing).
+            // A row's math and its sums stay in one block: with only the sums predicated, the
+            // emulator's g++ stopped fusing a_acc += dA into an fma (dA_log's last bit, xbf16).
+#pragma unroll 1
+            for (int j0 = 0; j0 < 16 && j0 < nv; j0 += 4, po += 4 * tok_stride) {
+                float xv[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    xv[j] = load_x(xs + (r0 + j0 + j) * 128 + d);  // rows past L: unused
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    if (j0 + j < nv) {
+                        const float dgv = cs[j] + off;
+                        const float z = xv[j] + bias_d;
+                        float dx, dA;
+                        if (kGate == 1) {
+                            // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
+                            dx = dgv * (-a_exp * cake_sigmoid_fast(z));
+                            dA = dgv * (-a_exp * cake_softplus(z));
+                        } else {
+                            // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a,
+                            // dg/dA_log = lb s (1 - s) u
+                            dx = 0.f; dA = 0.f;
+                        }
+                        store_dx(po + j * tok_stride, dx);
+                        bias_acc += dx;
+                        a_acc += dA;
+                    }
                 }
-                store_dx(dg_out + o, dx);
-                bias_acc += dx;
-                a_acc += dA;
+#pragma unroll
+                for (int j = 0; j < 12; ++j) cs[j] = cs[j + 4];
             }
         }
         if (kGate != 0) {

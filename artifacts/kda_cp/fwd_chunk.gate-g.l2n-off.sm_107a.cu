@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:e0a234063c632e131bafaffa0bccba1665c8de5aacc58bacad7502535792e123
+// identity: sha256:aa94afee085ab9cd88646054982571cfdc23a94b9a9dfcb5079edba61f877905
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -346,9 +346,21 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // (issued after them, they queued behind 48 KB a block) and the sums run while the tiles land;
     // v's copies are a group of their own, waited for just before [W | U], its only reader
     // (session 26: fwd_chunk -4.3..-4.7 % for the raw gates; for gate = g the same order cost
-    // +2.2 % on 1doc, so the g programs keep the copies first).
+    // +2.2 % on 1doc; the g programs copy their rows into Gamma's tile first instead).
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
+        // gate = g: the gate rows first, by cp.async into Gamma's tile at the places this thread
+        // later writes their Gamma (so no barrier: a thread reads only its own copies), then the
+        // tiles' copies; the rows wait on the first group only
+        {
+            const int c4 = lane, r0 = 8 * warp;
+            const x_t* const xr = x + in_base + (long long)r0 * tok_stride + 4 * c4;
+            const int gs0 = at_gam(r0, lane);
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                if (r0 + i < L) cake_cp_async16(gs + ((gs0 ^ (sw_gam(i) << 2)) + 128 * i), xr + i * tok_stride, 16);
+        }
+        cake_cp_async_commit();
         // Thread (cr0, ch) copies 16-byte piece ch of rows cr0 + 16 j of each tile: rows r + 16 j
         // keep the swizzle (cake_sw_bf16 depends on r's low 4 bits), so every copy's addresses are
         // its first ones plus a constant (with the index recomputed per copy, ~300 instructions).
@@ -367,11 +379,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             }
         }
         cake_cp_async_commit();
+        cake_cp_async_wait<1>();  // the gate rows
         const int c4 = lane, r0 = 8 * warp;
-        const x_t* const xr = x + in_base + (long long)r0 * tok_stride + 4 * c4;  // row r0; row r0 + i: + i tok_stride
+        {
+            const int gs0 = at_gam(r0, lane);
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-            gv[i] = r0 + i < L ? cake_load_gate4(xr + i * tok_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int i = 0; i < 8; ++i)
+                gv[i] = r0 + i < L ? *reinterpret_cast<const float4*>(gs + ((gs0 ^ (sw_gam(i) << 2)) + 128 * i))
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
         const float4 bias = make_float4(0.f, 0.f, 0.f, 0.f);
         const float ea = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:4d52cc0256cdfa016c073c0cc26f37abd2c868328b88770a756f256c5d69ce32
+// identity: sha256:d9e5223b8b1761e911388b06a36854428de57131991d7d0a4b1538ef60243633
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -346,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // (issued after them, they queued behind 48 KB a block) and the sums run while the tiles land;
     // v's copies are a group of their own, waited for just before [W | U], its only reader
     // (session 26: fwd_chunk -4.3..-4.7 % for the raw gates; for gate = g the same order cost
-    // +2.2 % on 1doc, so the g programs keep the copies first).
+    // +2.2 % on 1doc; the g programs copy their rows into Gamma's tile first instead).
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
         const int c4 = lane, r0 = 8 * warp;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a
-// identity: sha256:911d087a42981eab267b127eb4d701d59fa1f05186e381b9cfa2627df2820f3d
+// identity: sha256:e4857b914fe7b99b45097df4c9be942e493cdbeab3b20d382f3e4eccba129d0a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -346,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // (issued after them, they queued behind 48 KB a block) and the sums run while the tiles land;
     // v's copies are a group of their own, waited for just before [W | U], its only reader
     // (session 26: fwd_chunk -4.3..-4.7 % for the raw gates; for gate = g the same order cost
-    // +2.2 % on 1doc, so the g programs keep the copies first).
+    // +2.2 % on 1doc; the g programs copy their rows into Gamma's tile first instead).
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
         const int c4 = lane, r0 = 8 * warp;

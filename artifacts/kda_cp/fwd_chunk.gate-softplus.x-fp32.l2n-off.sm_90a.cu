@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:13f8d99c2cb71d8fbae9f1916d0466fd590e36c8cf964a68b16230648bb2113e
+// identity: sha256:1ce26315bea873572f8d59bacb3e87e905ac26542f0ff44a9e8b48ef867d425b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -411,7 +411,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // (issued after them, they queued behind 48 KB a block) and the sums run while the tiles land;
     // v's copies are a group of their own, waited for just before [W | U], its only reader
     // (session 26: fwd_chunk -4.3..-4.7 % for the raw gates; for gate = g the same order cost
-    // +2.2 % on 1doc, so the g programs keep the copies first).
+    // +2.2 % on 1doc; the g programs copy their rows into Gamma's tile first instead).
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
         const int c4 = lane, r0 = 8 * warp;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:7cfad3cb0ada643b7b0b30c10ed3328e1083ee4028d9441518bb92b4a510b6e1
+// identity: sha256:7e449c6b0e7d34c26a12e82353e9b17be4825d568cbad5cd9e848c62ae394cf9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -346,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // (issued after them, they queued behind 48 KB a block) and the sums run while the tiles land;
     // v's copies are a group of their own, waited for just before [W | U], its only reader
     // (session 26: fwd_chunk -4.3..-4.7 % for the raw gates; for gate = g the same order cost
-    // +2.2 % on 1doc, so the g programs keep the copies first).
+    // +2.2 % on 1doc; the g programs copy their rows into Gamma's tile first instead).
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
         const int c4 = lane, r0 = 8 * warp;

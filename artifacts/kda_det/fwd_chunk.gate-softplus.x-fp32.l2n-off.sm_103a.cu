@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:5e4f273b855ebc62e039c4f08e0e21be74dc407977dd2753dd1317be9c4bbce2
+// identity: sha256:d03a8a8c77c6de0eb2ca5963554461920c3ba22ffe883b25f1060c8b3fc4d45e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -346,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // (issued after them, they queued behind 48 KB a block) and the sums run while the tiles land;
     // v's copies are a group of their own, waited for just before [W | U], its only reader
     // (session 26: fwd_chunk -4.3..-4.7 % for the raw gates; for gate = g the same order cost
-    // +2.2 % on 1doc, so the g programs keep the copies first).
+    // +2.2 % on 1doc; the g programs copy their rows into Gamma's tile first instead).
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
         const int c4 = lane, r0 = 8 * warp;
