@@ -65,7 +65,7 @@ def test_a_given_P_is_bitwise_reproducible_and_one_is_the_serial_path():
     first = chunk_kda(**inp.as_kwargs(), output_final_state=True, segments=16)
     again = chunk_kda(**inp.as_kwargs(), output_final_state=True, segments=16)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
-    auto = chunk_kda(**inp.as_kwargs(), output_final_state=True)  # 64 segments on an H200
+    auto = chunk_kda(**inp.as_kwargs(), output_final_state=True)  # 57 segments on an H200
     assert rel_l2(auto[0], first[0]) <= CP_VS_SERIAL
 
 

@@ -30,13 +30,16 @@ K = V = 128
     [
         ((16384,), 64, (1,)),  # 1doc: 64 heads already fill the GPU
         ((8192, 4096, 3072, 1024), 64, (1, 1, 1, 1)),  # 4doc
-        ((9000, 4384, 3000), 4, (16, 8, 5)),  # R2: each sequence from its own length
+        ((9000, 4384, 3000), 4, (8, 4, 3)),  # R2: each sequence from its own length
         ((2048, 1500), 4, (1, 1)),  # m2: 32 chunks and fewer are never split
-        ((65536,), 1, (64,)),  # long, one head: 66 fit, capped at 64
-        ((65536,), 4, (16,)),  # long, four heads
+        ((65536,), 1, (57,)),  # long, one head: segments of at most 18 chunks
+        ((65536,), 4, (16,)),  # long, four heads: the fix-up pass fills the GPU
         ((2048,), 1, (1,)),  # 32 chunks: below MIN_SPLIT_CHUNKS
-        ((2049,), 1, (4,)),  # 33 chunks: four segments of at least 8
-        ((2200, 0, 1), 2, (4, 1, 1)),
+        ((2049,), 1, (2,)),  # 33 chunks: two segments of at most 18
+        ((8192,), 1, (8,)),  # 128 chunks: 8 segments of at most 18, although 66 would fit
+        ((1024 * 64 * 4,), 1, (64,)),  # 4096 chunks: capped at MAX_SEGMENTS
+        ((65536,), 8, (8,)),  # 8 heads: the fix-up pass fills the GPU with 8 segments
+        ((2200, 0, 1), 2, (2, 1, 1)),
     ],
 )
 def test_automatic_segments(lengths, heads, want):

@@ -16,7 +16,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import cake_step, parse_variants  # noqa: E402
+from bench import cake_step, call_kwargs, parse_variants  # noqa: E402
 
 
 def main() -> None:
@@ -27,10 +27,25 @@ def main() -> None:
     p.add_argument(
         "--segments", type=int, default=None, help="chunk_kda's segments= (default auto)"
     )
+    p.add_argument(
+        "--seg-chunks", type=int, default=None,
+        help="try the automatic P rule with this SEG_CHUNKS (cake.kda.segments)",
+    )  # fmt: skip
+    p.add_argument(
+        "--fill-blocks", type=int, default=None,
+        help="try the automatic P rule with this BLOCKS_PER_ROW_HEAD (cake.kda.segments)",
+    )  # fmt: skip
     args = p.parse_args()
     (v,) = parse_variants(args.variant)
+    import cake.kda.segments as seg
+
+    if args.seg_chunks is not None:
+        seg.SEG_CHUNKS = args.seg_chunks
+    if args.fill_blocks is not None:
+        seg.BLOCKS_PER_ROW_HEAD = args.fill_blocks
+    seg.plan_call.cache_clear()
     for name in args.rows.split(","):
-        _, step = cake_step(name, v, args.segments)
+        x, step = cake_step(name, v, args.segments)
         step()
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -44,6 +59,7 @@ def main() -> None:
         end.record()
         torch.cuda.synchronize()
         wall = start.elapsed_time(end) * 1000 / args.calls
+        fwd = _fwd_wall(x, v, args.segments, args.calls)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(args.calls):
                 step()
@@ -54,12 +70,30 @@ def main() -> None:
             if e.device_type == torch.autograd.DeviceType.CUDA:
                 total[e.name] += e.device_time_total / args.calls
                 count[e.name] += 1
-        print(f"{name} {v.key} segments={args.segments or 'auto'}: per fwd+bwd, us")
+        rule = f"seg_chunks={seg.SEG_CHUNKS} fill_blocks={seg.BLOCKS_PER_ROW_HEAD}"
+        print(f"{name} {v.key} segments={args.segments or 'auto'} ({rule}): per fwd+bwd, us")
         for k, t in sorted(total.items(), key=lambda kv: -kv[1])[:18]:
             print(f"  {t:9.1f}  x{count[k] // args.calls:<3d} {k[:80]}")
         print(
-            f"  {sum(total.values()):9.1f}  total kernel time, {wall:.1f} wall; peak memory of one fwd+bwd {peak:.0f} MiB"
+            f"  {sum(total.values()):9.1f}  total kernel time, {wall:.1f} wall (forward alone"
+            f" {fwd:.1f}); peak memory of one fwd+bwd {peak:.0f} MiB"
         )
+
+
+def _fwd_wall(x, v, segments: int | None, calls: int) -> float:  # noqa: ANN001
+    """Wall time (us) of chunk_kda's forward alone, called as the benchmark calls it."""
+    import cake.kda.api as api
+
+    kw = call_kwargs("cake", api.chunk_kda, x, v.path)
+    api.chunk_kda(**kw, segments=segments)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        api.chunk_kda(**kw, segments=segments)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000 / calls
 
 
 if __name__ == "__main__":

@@ -31,7 +31,16 @@ import torch
 
 from .layout import CHUNK
 
-MIN_SEG_CHUNKS = 8  # below this, the local pass and the combine cost more than the chain saves
+# The automatic rule's segment length: P = ceil(chunks / SEG_CHUNKS), so every split sequence's
+# chains are at most 18 chunks. Measured on R2 (session 27, H200, one process, kernel time of one
+# fwd+bwd, g off saved / raw fused replay): the old floor(chunks / 8) rule (P = 16 / 8 / 5) 830 /
+# 1205 us; ceil(chunks / 18) (8 / 4 / 3) 747 / 1086 (-10 %); ceil(chunks / 16) (9 / 5 / 3) 895 /
+# 1274 (+6..8 %). Fewer segments mean fewer combine steps and fewer blocks (the local pass has 4
+# per segment and head, one an SM), while the longest chain, not the sum, sets the time; but the
+# waves are cliffs: 9 / 5 / 3 makes 272 local blocks, a third wave of 132. 64K tokens (1024
+# chunks), one head: P = 57 for 64, the same time (904 / 910 us); 4 heads: P = 16 either way (the
+# GPU-filling bound below).
+SEG_CHUNKS = 18
 # Sequences of fewer chunks are not split by the automatic rule: at 32 chunks (m2's 2048 tokens x 4
 # heads) the serial path measured 5-33 % faster per fwd+bwd than 4 segments (session 13, H200, three
 # processes): such calls are bound by the host, and the split path's extra launches cost more there
@@ -48,13 +57,13 @@ def _chunk_counts(cu_seqlens: tuple[int, ...]) -> list[int]:
 
 
 def auto_segments(n_chunks: int, heads: int, sms: int) -> int:
-    """P for one sequence: enough segments that its passes alone fill the GPU (2 blocks per segment
-    and head), at least MIN_SEG_CHUNKS chunks each, at most MAX_SEGMENTS; 1 when that is < 2 or
-    the sequence has fewer than MIN_SPLIT_CHUNKS chunks."""
+    """P for one sequence: segments of at most SEG_CHUNKS chunks, but no more than its fix-up pass
+    alone fills the GPU with (2 blocks per segment and head) and at most MAX_SEGMENTS; 1 when that
+    is < 2 or the sequence has fewer than MIN_SPLIT_CHUNKS chunks."""
     if n_chunks < MIN_SPLIT_CHUNKS:
         return 1
     fill = sms // (BLOCKS_PER_ROW_HEAD * heads)
-    return max(1, min(fill, MAX_SEGMENTS, n_chunks // MIN_SEG_CHUNKS))
+    return max(1, min(fill, MAX_SEGMENTS, -(-n_chunks // SEG_CHUNKS)))
 
 
 def segment_sizes(n_chunks: int, P: int) -> list[int]:
