@@ -273,9 +273,13 @@ BWD_FEW_WAITS = _every_fourth(
 # (nogact: the log gate taken as the input itself)
 _NO_DX = [
     (
-        "            if (kGate == 0) {\n                store_dx(dg_out + o, dgv);",
-        "            if (true) {\n                store_dx(dg_out + o, dgv);",
-    )
+        "                        float dx, dA;\n                        if (kGate == 1) {",
+        "                        float dx = dgv, dA = 0.f;\n                        if (false) {",
+    ),
+    (
+        "                        } else {\n                            // g = lb sigmoid(u)",
+        "                        } else if (false) {\n                            // g = lb sigmoid(u)",
+    ),
 ]
 _RAW_BWD = {
     "gate-sigmoid.x-fp32.l2n-off": {"nodx": _NO_DX},
