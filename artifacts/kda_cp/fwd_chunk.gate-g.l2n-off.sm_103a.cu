@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:ae4b7d54acc642b0589f35a2542cd88af596f6fe408c822b2cd9a3eb9d1756cd
+// identity: sha256:533aa387af82d29008cf81d44a7ee8de5902d4c11200db3632f7d8c01932463e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -261,6 +261,9 @@ __device__ __forceinline__ int sw_sq(int r) { return (r & 6) ^ ((r & 1) << 2); }
 
 // fp32 Gamma [64][128], c = float4 index (0..31)
 __device__ __forceinline__ int at_gam(int r, int c) { return r * 128 + ((c ^ sw_gam(r)) << 2); }
+// row r0 + i of Gamma at row r0's offset o0 = at_gam(r0, c), r0 % 8 = 0 (sw_gam(r0 + i) =
+// sw_gam(r0) ^ sw_gam(i))
+__device__ __forceinline__ int gam_row(int o0, int i) { return (o0 ^ (sw_gam(i) << 2)) + 128 * i; }
 // fp32 [64][64] tiles (Aqk, M, T), c = float4 index (0..15)
 __device__ __forceinline__ int at_sq(int r, int c) { return r * 64 + ((c ^ sw_sq(r)) << 2); }
 
@@ -349,17 +352,15 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // +2.2 % on 1doc; the g programs copy their rows into Gamma's tile first instead).
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
+        const int c4 = lane, r0 = 8 * warp;
+        const x_t* const xr = x + in_base + (long long)r0 * tok_stride + 4 * c4;  // row r0; row r0 + i: + i tok_stride
         // gate = g: the gate rows first, by cp.async into Gamma's tile at the places this thread
         // later writes their Gamma (so no barrier: a thread reads only its own copies), then the
         // tiles' copies; the rows wait on the first group only
-        {
-            const int c4 = lane, r0 = 8 * warp;
-            const x_t* const xr = x + in_base + (long long)r0 * tok_stride + 4 * c4;
-            const int gs0 = at_gam(r0, lane);
+        const int gs0 = at_gam(r0, c4);
 #pragma unroll
-            for (int i = 0; i < 8; ++i)
-                if (r0 + i < L) cake_cp_async16(gs + ((gs0 ^ (sw_gam(i) << 2)) + 128 * i), xr + i * tok_stride, 16);
-        }
+        for (int i = 0; i < 8; ++i)
+            if (r0 + i < L) cake_cp_async16(gs + gam_row(gs0, i), xr + i * tok_stride, 16);
         cake_cp_async_commit();
         // Thread (cr0, ch) copies 16-byte piece ch of rows cr0 + 16 j of each tile: rows r + 16 j
         // keep the swizzle (cake_sw_bf16 depends on r's low 4 bits), so every copy's addresses are
@@ -380,14 +381,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         }
         cake_cp_async_commit();
         cake_cp_async_wait<1>();  // the gate rows
-        const int c4 = lane, r0 = 8 * warp;
-        {
-            const int gs0 = at_gam(r0, lane);
 #pragma unroll
-            for (int i = 0; i < 8; ++i)
-                gv[i] = r0 + i < L ? *reinterpret_cast<const float4*>(gs + ((gs0 ^ (sw_gam(i) << 2)) + 128 * i))
-                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        for (int i = 0; i < 8; ++i)
+            gv[i] = r0 + i < L ? *reinterpret_cast<const float4*>(gs + gam_row(gs0, i)) : make_float4(0.f, 0.f, 0.f, 0.f);
         const float4 bias = make_float4(0.f, 0.f, 0.f, 0.f);
         const float ea = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -417,8 +413,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             off.x = __fadd_rn(off.x, t4.x); off.y = __fadd_rn(off.y, t4.y);
             off.z = __fadd_rn(off.z, t4.z); off.w = __fadd_rn(off.w, t4.w);
         }
-        // Row r0 + i lies i tok_stride past row r0 in G_out, and in Gamma at row r0's offset XOR
-        // sw_gam(i) << 2, plus 128 i (sw_gam(8 w + i) = sw_gam(8 w) ^ sw_gam(i)).
+        // Row r0 + i lies i tok_stride past row r0 in G_out, and at gam_row(gs0, i) in Gamma.
         const int r0 = 8 * warp;
         const long long go0 = in_base + (long long)r0 * tok_stride + 4 * lane;
         const int gs0 = at_gam(r0, lane);
@@ -428,7 +423,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const float4 G = make_float4(__fadd_rn(off.x, gv[i].x), __fadd_rn(off.y, gv[i].y),
                                          __fadd_rn(off.z, gv[i].z), __fadd_rn(off.w, gv[i].w));
             if (G_out != nullptr && r < L) cake_st_global_v4(G_out + go0 + i * tok_stride, G);
-            *reinterpret_cast<float4*>(gs + ((gs0 ^ (sw_gam(i) << 2)) + 128 * i)) =
+            *reinterpret_cast<float4*>(gs + gam_row(gs0, i)) =
                 make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
         }
     }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:3c18b784200b629a0df551f18cfcb31e36d44043f6ea63e1e9c1375a133e5c48
+// identity: sha256:9d8105ce2f89f12dcb74e1580f5add9efaaf6b013f3ad8098423020429cd3b8c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -261,6 +261,9 @@ __device__ __forceinline__ int sw_sq(int r) { return (r & 6) ^ ((r & 1) << 2); }
 
 // fp32 Gamma [64][128], c = float4 index (0..31)
 __device__ __forceinline__ int at_gam(int r, int c) { return r * 128 + ((c ^ sw_gam(r)) << 2); }
+// row r0 + i of Gamma at row r0's offset o0 = at_gam(r0, c), r0 % 8 = 0 (sw_gam(r0 + i) =
+// sw_gam(r0) ^ sw_gam(i))
+__device__ __forceinline__ int gam_row(int o0, int i) { return (o0 ^ (sw_gam(i) << 2)) + 128 * i; }
 // fp32 [64][64] tiles (Aqk, M, T), c = float4 index (0..15)
 __device__ __forceinline__ int at_sq(int r, int c) { return r * 64 + ((c ^ sw_sq(r)) << 2); }
 
@@ -398,8 +401,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             off.x = __fadd_rn(off.x, t4.x); off.y = __fadd_rn(off.y, t4.y);
             off.z = __fadd_rn(off.z, t4.z); off.w = __fadd_rn(off.w, t4.w);
         }
-        // Row r0 + i lies i tok_stride past row r0 in G_out, and in Gamma at row r0's offset XOR
-        // sw_gam(i) << 2, plus 128 i (sw_gam(8 w + i) = sw_gam(8 w) ^ sw_gam(i)).
+        // Row r0 + i lies i tok_stride past row r0 in G_out, and at gam_row(gs0, i) in Gamma.
         const int r0 = 8 * warp;
         const long long go0 = in_base + (long long)r0 * tok_stride + 4 * lane;
         const int gs0 = at_gam(r0, lane);
@@ -409,7 +411,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const float4 G = make_float4(__fadd_rn(off.x, gv[i].x), __fadd_rn(off.y, gv[i].y),
                                          __fadd_rn(off.z, gv[i].z), __fadd_rn(off.w, gv[i].w));
             if (G_out != nullptr && r < L) cake_st_global_v4(G_out + go0 + i * tok_stride, G);
-            *reinterpret_cast<float4*>(gs + ((gs0 ^ (sw_gam(i) << 2)) + 128 * i)) =
+            *reinterpret_cast<float4*>(gs + gam_row(gs0, i)) =
                 make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
         }
     }
