@@ -8,6 +8,7 @@ peak memory of one fwd+bwd (inputs included, as tools/bench.py measures it).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -16,7 +17,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench import cake_step, call_kwargs, parse_variants  # noqa: E402
+from bench import cake_step, call_kwargs, cuda_time_ms, parse_variants, peak_mib  # noqa: E402
+
+import cake.kda.api as api  # noqa: E402
+import cake.kda.segments as seg  # noqa: E402
 
 
 def main() -> None:
@@ -37,8 +41,6 @@ def main() -> None:
     )  # fmt: skip
     args = p.parse_args()
     (v,) = parse_variants(args.variant)
-    import cake.kda.segments as seg
-
     if args.seg_chunks is not None:
         seg.SEG_CHUNKS = args.seg_chunks
     if args.fill_blocks is not None:
@@ -47,19 +49,11 @@ def main() -> None:
     for name in args.rows.split(","):
         x, step = cake_step(name, v, args.segments)
         step()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() / 2**20
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(args.calls):
-            step()
-        end.record()
-        torch.cuda.synchronize()
-        wall = start.elapsed_time(end) * 1000 / args.calls
-        fwd = _fwd_wall(x, v, args.segments, args.calls)
+        peak = peak_mib(step)
+        wall = cuda_time_ms(step, 1, args.calls) * 1000
+        kw = call_kwargs("cake", api.chunk_kda, x, v.path)  # the forward as the benchmark calls it
+        forward = functools.partial(api.chunk_kda, **kw, segments=args.segments)
+        fwd = cuda_time_ms(forward, 1, args.calls) * 1000
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(args.calls):
                 step()
@@ -78,22 +72,6 @@ def main() -> None:
             f"  {sum(total.values()):9.1f}  total kernel time, {wall:.1f} wall (forward alone"
             f" {fwd:.1f}); peak memory of one fwd+bwd {peak:.0f} MiB"
         )
-
-
-def _fwd_wall(x, v, segments: int | None, calls: int) -> float:  # noqa: ANN001
-    """Wall time (us) of chunk_kda's forward alone, called as the benchmark calls it."""
-    import cake.kda.api as api
-
-    kw = call_kwargs("cake", api.chunk_kda, x, v.path)
-    api.chunk_kda(**kw, segments=segments)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(calls):
-        api.chunk_kda(**kw, segments=segments)
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1000 / calls
 
 
 if __name__ == "__main__":
