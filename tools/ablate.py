@@ -273,12 +273,10 @@ BWD_FEW_WAITS = _every_fourth(
 # (nogact: the log gate taken as the input itself)
 _NO_DX = [
     (
-        "                        float dx, dA;\n                        if (kGate == 1) {",
-        "                        float dx = dgv, dA = 0.f;\n                        if (false) {",
-    ),
-    (
-        "                        } else {\n                            // g = lb sigmoid(u)",
-        "                        } else if (false) {\n                            // g = lb sigmoid(u)",
+        "                        store_dx(po + j * tok_stride, dx);\n"
+        "                        bias_acc += dx;\n"
+        "                        a_acc += dA;",
+        "                        store_dx(po + j * tok_stride, dgv);",
     ),
 ]
 _RAW_BWD = {

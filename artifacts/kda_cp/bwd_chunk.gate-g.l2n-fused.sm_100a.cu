@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:6159eb82c17c2474e30c16ff267ef02aabd2fcebe5d00cf69db5f8b64bab75a8
+// identity: sha256:911222ca195b1e1c3551eaf000b2cf47c9576a2b9d9e74cdd7c1c0621bc0aa73
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

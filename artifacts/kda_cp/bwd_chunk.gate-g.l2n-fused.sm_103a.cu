@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:8238e2d7dbec29f60be73a5bd7269d7a7b25d95206c9caba3568936bab714a13
+// identity: sha256:e08d42e0da3bdab501d02293a67d0e503cba46e2f2f04839ec698a915ecb1fc0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

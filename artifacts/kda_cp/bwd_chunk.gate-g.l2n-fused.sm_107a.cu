@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:4e75bc147e5f6e5d198ea2ef0394ace6fdef21559e5f0b603bb51b51f7455f36
+// identity: sha256:2180c1c58736d1eb801bfdb17b405f93f0760bec61adf28bddb9dce452ac8e35
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

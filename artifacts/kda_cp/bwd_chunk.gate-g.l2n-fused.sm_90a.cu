@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:445f4b1ce07568f8a35f5c7c4cbaca6ac23fb1b345340bce410990d223de9671
+// identity: sha256:48bf0f7b080a2a375cfdb7e226df26b249d755ae848f9d8238010fe6a628e360
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

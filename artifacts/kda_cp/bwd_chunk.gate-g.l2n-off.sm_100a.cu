@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:d2aa3852f24c08a91af48d4669db1b7a5a0ee357a033248c5088589bff7f6444
+// identity: sha256:61cd5b5a804b28c4f64ad6b6a6f3a348318a755c405b97c6fdefb368c2a5510d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:c0e3e16ce1ef98c2053e127f3c91355c9ff7d0dfa90df0b549b9842d444f0b9e
+// identity: sha256:a5c4409b84ce472e177c544dde4b89dfd392639c287a9865856129675c26d732
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:fb1d9b027a113cc5c23bdf3ffb6962dc857c907c010d5105c79e0be25896610e
+// identity: sha256:7e73d76c6e6ef6fec1c2558be7d3fa9284b0542f609a7e8d1453c10f8daca9cc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:91329b2372ca11a390dac42d347e4d7a1bf8fb867f088e39dd5ba6e3d22dab11
+// identity: sha256:fcd96f704244632d77595df8e4c6d6afa0da71f33bc121d6552b7330f073f963
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

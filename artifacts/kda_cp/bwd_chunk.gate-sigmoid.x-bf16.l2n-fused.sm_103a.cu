@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a
-// identity: sha256:66c88a5c6898e5e45d6a8442d51eb5449e41d3a83cf86fb5b8e2acc60f0798f1
+// identity: sha256:c23845652a0417659ebd2f5d4caf10e4b7975fa388ee28e90b9104060d98da5f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1578,18 +1578,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     if (j0 + j < nv) {
                         const float dgv = cs[j] + off;
                         const float z = xv[j] + bias_d;
-                        float dx, dA;
-                        if (kGate == 1) {
-                            // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                            dx = 0.f; dA = 0.f;
-                        } else {
-                            // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a,
-                            // dg/dA_log = lb s (1 - s) u
-                            const float u = a_exp * z, sg_ = cake_sigmoid_fast(u);
-                            const float gu = lower_bound * sg_ * (1.f - sg_);
-                            dx = dgv * gu * a_exp;
-                            dA = dgv * gu * u;
-                        }
+                        // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a, dg/dA_log = lb s (1 - s) u
+                        const float u = a_exp * z, sg_ = cake_sigmoid_fast(u);
+                        const float gu = lower_bound * sg_ * (1.f - sg_);
+                        const float dx = dgv * gu * a_exp;
+                        const float dA = dgv * gu * u;
                         store_dx(po + j * tok_stride, dx);
                         bias_acc += dx;
                         a_acc += dA;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:97ea41ef63f0cf2c69ca2cab03c4c33356677fcb177a9c4062dce3a23d30f8fc
+// identity: sha256:585e8041b2b8d8d04b71905cd9056224b047aa9e7807c18302717d228fa37b61
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1526,18 +1526,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     if (j0 + j < nv) {
                         const float dgv = cs[j] + off;
                         const float z = xv[j] + bias_d;
-                        float dx, dA;
-                        if (kGate == 1) {
-                            // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                            dx = 0.f; dA = 0.f;
-                        } else {
-                            // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a,
-                            // dg/dA_log = lb s (1 - s) u
-                            const float u = a_exp * z, sg_ = cake_sigmoid_fast(u);
-                            const float gu = lower_bound * sg_ * (1.f - sg_);
-                            dx = dgv * gu * a_exp;
-                            dA = dgv * gu * u;
-                        }
+                        // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a, dg/dA_log = lb s (1 - s) u
+                        const float u = a_exp * z, sg_ = cake_sigmoid_fast(u);
+                        const float gu = lower_bound * sg_ * (1.f - sg_);
+                        const float dx = dgv * gu * a_exp;
+                        const float dA = dgv * gu * u;
                         store_dx(po + j * tok_stride, dx);
                         bias_acc += dx;
                         a_acc += dA;

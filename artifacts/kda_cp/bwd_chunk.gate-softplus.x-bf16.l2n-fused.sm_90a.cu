@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:fc5ed0ce8511d4f2e9adb8a4b2f796ff3920a44ba6a916603329a4a8e1cfaa0e
+// identity: sha256:a4eb5378885728c296556d9b1ef5f2973a753155c3599d90a31e7b3fed3d9f91
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1765,16 +1765,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     if (j0 + j < nv) {
                         const float dgv = cs[j] + off;
                         const float z = xv[j] + bias_d;
-                        float dx, dA;
-                        if (kGate == 1) {
-                            // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                            dx = dgv * (-a_exp * cake_sigmoid_fast(z));
-                            dA = dgv * (-a_exp * cake_softplus(z));
-                        } else {
-                            // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a,
-                            // dg/dA_log = lb s (1 - s) u
-                            dx = 0.f; dA = 0.f;
-                        }
+                        // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
+                        const float dx = dgv * (-a_exp * cake_sigmoid_fast(z));
+                        const float dA = dgv * (-a_exp * cake_softplus(z));
                         store_dx(po + j * tok_stride, dx);
                         bias_acc += dx;
                         a_acc += dA;

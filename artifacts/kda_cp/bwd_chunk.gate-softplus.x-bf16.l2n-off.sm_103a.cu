@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:6332353cb10df5c8a0e5994973163ee536bd4285e5888eb3a8ae2d8778748769
+// identity: sha256:fb727114d042407469df5b50126753f1160cb1099f9a741adb31d864f92fea36
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1526,16 +1526,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     if (j0 + j < nv) {
                         const float dgv = cs[j] + off;
                         const float z = xv[j] + bias_d;
-                        float dx, dA;
-                        if (kGate == 1) {
-                            // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                            dx = dgv * (-a_exp * cake_sigmoid_fast(z));
-                            dA = dgv * (-a_exp * cake_softplus(z));
-                        } else {
-                            // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a,
-                            // dg/dA_log = lb s (1 - s) u
-                            dx = 0.f; dA = 0.f;
-                        }
+                        // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
+                        const float dx = dgv * (-a_exp * cake_sigmoid_fast(z));
+                        const float dA = dgv * (-a_exp * cake_softplus(z));
                         store_dx(po + j * tok_stride, dx);
                         bias_acc += dx;
                         a_acc += dA;

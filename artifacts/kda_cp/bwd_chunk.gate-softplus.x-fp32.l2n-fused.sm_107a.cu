@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:f5eb9c1d7b81e452ee2bb44e57b8a8868be97748cdb944e5d83eb1dc88f98ac7
+// identity: sha256:f4c2a111a13f1136fdfd4cd09358818928a5cae18a8c1e9d96a9edac609d0612
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1572,16 +1572,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     if (j0 + j < nv) {
                         const float dgv = cs[j] + off;
                         const float z = xv[j] + bias_d;
-                        float dx, dA;
-                        if (kGate == 1) {
-                            // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                            dx = dgv * (-a_exp * cake_sigmoid_fast(z));
-                            dA = dgv * (-a_exp * cake_softplus(z));
-                        } else {
-                            // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a,
-                            // dg/dA_log = lb s (1 - s) u
-                            dx = 0.f; dA = 0.f;
-                        }
+                        // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
+                        const float dx = dgv * (-a_exp * cake_sigmoid_fast(z));
+                        const float dA = dgv * (-a_exp * cake_softplus(z));
                         store_dx(po + j * tok_stride, dx);
                         bias_acc += dx;
                         a_acc += dA;

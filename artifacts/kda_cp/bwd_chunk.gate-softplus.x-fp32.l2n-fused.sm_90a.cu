@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:70bc59046f5f02c57a10c17bd1cce2120b3d0c52f5728501b8b0a4f4bc28f37c
+// identity: sha256:0b093330a09f96de680c5ce3fe0d88eb52d3fd3189e4197b91ef46019fa3c6da
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1759,16 +1759,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     if (j0 + j < nv) {
                         const float dgv = cs[j] + off;
                         const float z = xv[j] + bias_d;
-                        float dx, dA;
-                        if (kGate == 1) {
-                            // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                            dx = dgv * (-a_exp * cake_sigmoid_fast(z));
-                            dA = dgv * (-a_exp * cake_softplus(z));
-                        } else {
-                            // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a,
-                            // dg/dA_log = lb s (1 - s) u
-                            dx = 0.f; dA = 0.f;
-                        }
+                        // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
+                        const float dx = dgv * (-a_exp * cake_sigmoid_fast(z));
+                        const float dA = dgv * (-a_exp * cake_softplus(z));
                         store_dx(po + j * tok_stride, dx);
                         bias_acc += dx;
                         a_acc += dA;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:1c5578a1b0a6fa7bd3093f7c01ab839430d4b73fae6aff9aa6ccb5d247d5e199
+// identity: sha256:b0a9c52e875cc0666a9aa76e43eeb3b8178c028ea6f7b4d239adf565e72e1932
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

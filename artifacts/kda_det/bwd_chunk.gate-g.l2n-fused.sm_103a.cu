@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:c498e334dfcbdf82f3875572ff7c11b308730a455c3e1400bba0b1dcecd598bf
+// identity: sha256:436d980b4e273b0bf4a0951955639802a6ad7db9c4142bfef0b1049da023158b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:0906db906792458cb253ae58c746a075edd26136d8f76eac36e6f32aa6d381b6
+// identity: sha256:16aca8395cb22581d422a18f2d958cca60cc82a13732f64e69961f8e5e52cfe8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

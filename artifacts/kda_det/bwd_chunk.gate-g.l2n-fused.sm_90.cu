@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:91dc0764daff68aad1b5e880eeed60e89e80d6c8d84f52d79bd8d48dd2b967d9
+// identity: sha256:abda55e2ce8ab0321eb5bd4f7605cd5a433c84c4650f53bd8b2b69dedadeb8bd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:b5d6253d212e532ff703ca9e778f6578eaf6d49de5fa899e970ca2fdac27c050
+// identity: sha256:337db48863d7d461503ea666f981f622f57f216d84fe035af4289fe3f9eb6bd3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:a688d24386da71d732872c41eb3cf2faa6af61fc06a4741343da467148a89a41
+// identity: sha256:465efef8df2c7a70ffd58f54453add55edc8d51cd695dfd6fd645ad52215f2df
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:823b08e39d74d87367f2a3713519beed1530aaf67d89d55a525bfef3a6524f14
+// identity: sha256:41036e0b49cf4beee9d60adba3c8d2458a1b88e316da9315c173db3ab73b6e65
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:f954ff150cf80af0e83e48c0145fd599f7b574ca9219b210e9576f0dc4b1f9dc
+// identity: sha256:596500f370189ba64e02fd4cbcba613ea6ee706de7434704a93b31a946266fea
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

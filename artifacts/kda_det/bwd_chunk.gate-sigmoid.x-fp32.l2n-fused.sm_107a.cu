@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a
-// identity: sha256:4ae545a6cd4eb20cd5eefa174188a02614ad97fb7a38f883393b190b05a26c2e
+// identity: sha256:54efd4267e03cbf7c55e930a3f4086a689dd7b2677c39f996a60771a38275313
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1572,18 +1572,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     if (j0 + j < nv) {
                         const float dgv = cs[j] + off;
                         const float z = xv[j] + bias_d;
-                        float dx, dA;
-                        if (kGate == 1) {
-                            // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                            dx = 0.f; dA = 0.f;
-                        } else {
-                            // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a,
-                            // dg/dA_log = lb s (1 - s) u
-                            const float u = a_exp * z, sg_ = cake_sigmoid_fast(u);
-                            const float gu = lower_bound * sg_ * (1.f - sg_);
-                            dx = dgv * gu * a_exp;
-                            dA = dgv * gu * u;
-                        }
+                        // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a, dg/dA_log = lb s (1 - s) u
+                        const float u = a_exp * z, sg_ = cake_sigmoid_fast(u);
+                        const float gu = lower_bound * sg_ * (1.f - sg_);
+                        const float dx = dgv * gu * a_exp;
+                        const float dA = dgv * gu * u;
                         store_dx(po + j * tok_stride, dx);
                         bias_acc += dx;
                         a_acc += dA;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:b3a940cb64277c978aacdf43916672f3ecb0d3516fc7b3be61cc51befb0a6b3f
+// identity: sha256:b143200e89fd082051a6f42ba4c37a0de802dfd5c3d70544d497946db048c986
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1578,16 +1578,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     if (j0 + j < nv) {
                         const float dgv = cs[j] + off;
                         const float z = xv[j] + bias_d;
-                        float dx, dA;
-                        if (kGate == 1) {
-                            // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
-                            dx = dgv * (-a_exp * cake_sigmoid_fast(z));
-                            dA = dgv * (-a_exp * cake_softplus(z));
-                        } else {
-                            // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a,
-                            // dg/dA_log = lb s (1 - s) u
-                            dx = 0.f; dA = 0.f;
-                        }
+                        // g = -a softplus(z): dg/dz = -a sigmoid(z), dg/dA_log = g
+                        const float dx = dgv * (-a_exp * cake_sigmoid_fast(z));
+                        const float dA = dgv * (-a_exp * cake_softplus(z));
                         store_dx(po + j * tok_stride, dx);
                         bias_acc += dx;
                         a_acc += dA;
