@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:e08d42e0da3bdab501d02293a67d0e503cba46e2f2f04839ec698a915ecb1fc0
+// identity: sha256:d4e0a3ecf0ab2a2091be581f7e3bae32532b38408f46ac6480d38c5e72c001b6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -586,10 +586,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
         }
         cake_cp_async_commit();
-        // The cp.async issue loops stay rolled (phase 0 waits on memory, not on issue): unrolled,
-        // they were ~500 of the program's ~7 000 SASS instructions that run, and the whole
-        // program's hot code has to stay within the SM's instruction cache (docs/kernel-notes.md,
-        // session 6).
         // Each thread copies the same rows and 16-byte piece of every tile, a constant apart: rows
         // r + 16 and r + 32 keep the swizzles (cake_sw_bf16, swz depend on r's low 4 bits), so
         // every copy's addresses are the thread's first ones plus a constant (the index arithmetic
@@ -614,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const int dr0 = tid >> 5, c4 = tid & 31;  // dVn: rows dr0 + 16 i
                 const float* dv = dVn + ws * 8192;
                 const int f0 = fx<128>(dr0, 4 * c4), s0 = dr0 * 128 + 4 * c4;
-#pragma unroll 1
+#pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const bool ok = dr0 + 16 * i < L;
                     cake_cp_async16(RC + f0 + 2048 * i, dv + (ok ? s0 + 2048 * i : 0), ok ? 16 : 0);
@@ -623,7 +619,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             cake_cp_async_commit();
             {  // group 1: S_c's 16-bit record (cake/state16.cuh): the fp16 values into RD's second half, E into SE
                 const unsigned char* rec = reinterpret_cast<const unsigned char*>(states) + ws * CAKE_S16_BYTES;
-#pragma unroll 1
+#pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const int idx = tid + 512 * i;
                     cake_cp_async16(reinterpret_cast<unsigned char*>(RD + 8192) + 16 * idx, rec + 16 * idx, 16);
@@ -633,7 +629,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             cake_cp_async_commit();
             // group 2, read from phase 3a on (k, dO, rq, rk), phase 4 (Akk's copy) and 5 (q): they
             // land while phase 2 runs
-#pragma unroll 1
+#pragma unroll
             for (int i = 0; i < 6; ++i) {
                 const int which = i >> 1, hf = i & 1;  // 0: k, 1: dO, 2: q
                 const bool ok = hf ? ok1 : ok0;
@@ -1449,7 +1445,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int hr = 0; hr < 2; ++hr) {
             const int i = hr == 0 ? i0 : i1;
             if (i == L - 1) {
-#pragma unroll 1
+#pragma unroll
                 for (int x = 0; x < 8; ++x) {
                     const int d = 32 * cq + 8 * (x >> 1) + 2 * t + (x & 1);
                     const float s4 = ((sc[SC_COL + d] + sc[SC_COL + 128 + d]) + sc[SC_COL + 256 + d]) + sc[SC_COL + 384 + d];
@@ -1460,7 +1456,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // L2-norm row dots -> slots (dGamma is in RD already).
         float pq0 = 0.f, pq1 = 0.f, pk0 = 0.f, pk1 = 0.f;
         const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
-#pragma unroll 1
+#pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             if (kL2Norm) {
                 const float4 q4 = ldq_bf16_el(qs, be, ni), k4 = ldq_bf16_el(ks, be, ni);
@@ -1497,7 +1493,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // each warp store 16 bytes into 8 rows at a time. The same operations on each element.
         // task m's row warp + 16 m keeps row warp's swizzles: its offsets are + 2048 m
         const int fw = fx<128>(warp, 4 * lane), bw = cake_at_bf16(warp, lane);
-#pragma unroll 1
+#pragma unroll
         for (int m = 0; m < 4; ++m) {
             const int task = tid + 512 * m, i = task >> 5, u = task & 31;
             if (i >= L) continue;

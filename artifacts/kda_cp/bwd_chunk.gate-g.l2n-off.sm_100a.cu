@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:61cd5b5a804b28c4f64ad6b6a6f3a348318a755c405b97c6fdefb368c2a5510d
+// identity: sha256:0f91810d8465fe3561b58ed296d58c372069f6b5bed14dfd36b5e313209f127c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:a5c4409b84ce472e177c544dde4b89dfd392639c287a9865856129675c26d732
+// identity: sha256:9e79538e47d1395e2d3834b46d24b8fb7485dd18453dc395208e84dd46d06d82
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

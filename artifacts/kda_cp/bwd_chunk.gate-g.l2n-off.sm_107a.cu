@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:7e73d76c6e6ef6fec1c2558be7d3fa9284b0542f609a7e8d1453c10f8daca9cc
+// identity: sha256:430754ce4a180af21cf4e4985571233debba02b41a44f13893dab74264de3588
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

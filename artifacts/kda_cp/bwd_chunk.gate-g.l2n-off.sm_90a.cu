@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:8409b56ba764d86617dc91d16bc51e4df04c39bd426758cd1145974a5250319d
+// identity: sha256:59236e3e741b5e3b4d5b6a6ab70280c2cb2568b999985961aa9ccd5f0b7fc410
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

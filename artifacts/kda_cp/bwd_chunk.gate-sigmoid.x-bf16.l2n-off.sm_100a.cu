@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:1e6ae8dafc481875d8caf03cefb07bf18711348c775d0ffbb121854af0b7cdef
+// identity: sha256:1e445e1252495857eaeb0cdf97e3b3fe939deb50eabc975c4857a424439addcb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

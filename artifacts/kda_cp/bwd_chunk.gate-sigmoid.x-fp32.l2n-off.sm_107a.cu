@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:bb3485a19312e4de7c2888069fa61f179240526a85f217988e8ef52a67356201
+// identity: sha256:5baa69bcadf1771b1d34f2d6ca800b32cb5c90047c4c5f77b211da96d6b5559c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

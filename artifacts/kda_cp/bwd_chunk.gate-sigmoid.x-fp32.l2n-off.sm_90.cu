@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:f3cab05ec3981e82dca649288ba4b73c5d7f50e163748aadad2fea8836b83794
+// identity: sha256:5ab3656dd176ae5d8708b585f63aafdf9ba05355304d4181ede66a2161bba4eb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

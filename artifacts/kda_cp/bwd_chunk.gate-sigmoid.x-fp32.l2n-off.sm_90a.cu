@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:55695a7ee1778bd6b19218425ab905d5fc9a45b50cefcd1c05484bfa8f2962fe
+// identity: sha256:c1fa1d1d6e26cff89a9d65125fa9b3de7086dd4572ecf6ccf7fdc8fa4a2c27d8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:99229e5b15964d268881b1211f3fed430a9c036a788886f6b8cf8604336663dd
+// identity: sha256:8d428d2b4ea25f9330599cce1f1a1e7c0972d805d05da1a12dc619fbac67ac96
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:b74065931f5b8a217e9d9e8a4106b68f7367b10b03bea5d4693113d2c3e1b057
+// identity: sha256:02c167f55cb39854dfdb4068b5961baac66b926fe2853febfeb96d85d2862a4b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:81b1fdbbafc03103606af1bed394b29fef830b78c0db8c55b8fc3b3f39f99e5b
+// identity: sha256:237e7ea0bd15215fe8dd42ce9512ab4d20c4271a1901dbb2533d351f081aa984
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

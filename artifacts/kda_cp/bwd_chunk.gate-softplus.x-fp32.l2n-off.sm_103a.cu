@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:9ce39cb5200bf9314117d58943c96682009b92a8247e5d32725d4e1b240818cc
+// identity: sha256:7e84b6923e8d489ae988f8cdb415d7320408f960bfe38abeb6c448a3bc9a2ecb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:2dc4af916b6493702481ffd3622cf39632d90956366f7f5cab91338da53761ad
+// identity: sha256:7a1eb909ad0e079ff30062b94b7ba4e878894350ed1756c8de83d9e3d68abc8b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

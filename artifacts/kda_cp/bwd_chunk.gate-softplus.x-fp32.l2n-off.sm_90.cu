@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:be191b7c43abe7d7f7b621380e0e2e27a4a7bd28aca36fdc09be19912b3f29a8
+// identity: sha256:e8e9884d11f14893e5f7d5a0decf902c5276037081aeacdb8c1fe8c5ea21573c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

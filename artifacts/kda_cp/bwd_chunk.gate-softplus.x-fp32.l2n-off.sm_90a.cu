@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:19388be25519ea517584f49085bd299c0b1c2c215e9ef60d21341a343a075a83
+// identity: sha256:20c663a8f1cfd89f9760cae899edc548fb9b623eeb5e252602578e7bd93e29e8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:465efef8df2c7a70ffd58f54453add55edc8d51cd695dfd6fd645ad52215f2df
+// identity: sha256:e89738699844a77688ceff79879d73e87c88b52b600c07dd2653bc402dbe7796
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:41036e0b49cf4beee9d60adba3c8d2458a1b88e316da9315c173db3ab73b6e65
+// identity: sha256:a29b7feab59d160ec004b1aafd3fd39ac25d8fad04dfcbde4d634ca656707a05
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:fa918d014e7f3cb00ea1a7cdcc9db16becf41986be1c30e2a41cf64c1db4dc7b
+// identity: sha256:b0711e7377832e402ba383aa50fb280ae1cdde5cd5adedd912f0f38ab4c16190
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

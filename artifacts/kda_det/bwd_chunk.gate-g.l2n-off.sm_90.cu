@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:38f88143a43d0b48bb95a7218ee0e8fff605d396b15708fb0f92c0b44e9bf726
+// identity: sha256:cf6061cde369574fe311b267b0fdcff275ba2b2671f407de1a8642e4ae14f94d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

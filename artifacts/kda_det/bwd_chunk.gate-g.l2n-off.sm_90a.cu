@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:596500f370189ba64e02fd4cbcba613ea6ee706de7434704a93b31a946266fea
+// identity: sha256:9f6e7859a0ba6ced8af233a18b319bd498456fff2a7cdc5b65677e84c04e8ce8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

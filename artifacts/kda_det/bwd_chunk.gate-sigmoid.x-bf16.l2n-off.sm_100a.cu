@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:63f357fbfb4bd81afc3fddd0b2b4e4dd7671a0860ae916bce5fcc00f584dbc81
+// identity: sha256:ce4e3888bcff91791e4143845319cb9ae4077d11e774f4cf94334be2df45c2ff
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

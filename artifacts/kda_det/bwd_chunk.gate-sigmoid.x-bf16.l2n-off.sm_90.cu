@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:0b5721ebae4d38cd0307df0bf724c59e9acda373ccecb830759ee21c37bb8bb2
+// identity: sha256:024d55af00565c9e30fc86f4f48a2b56c5173fb45803b6b50692245957616d0a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

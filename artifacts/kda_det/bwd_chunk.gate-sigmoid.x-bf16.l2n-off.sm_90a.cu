@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a
-// identity: sha256:5ed5c400197d8c328a7d625b36630ca4c87a52ba12e093455e8ce444980b7f17
+// identity: sha256:a1ff09db3fb953cd51dacca61b0c7eef570a73d1638c380ae6a3132f9a8d9a14
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:592e493afd3bceef7c33e97832d9874c46e73f6eef33b6b6a527dd2ac69eaeee
+// identity: sha256:5b8c6b9212310bd5535c7e58233ae7b5225296bacb9eb08922c1567b3d58eaea
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

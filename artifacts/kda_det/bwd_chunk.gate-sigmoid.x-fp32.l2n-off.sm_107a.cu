@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:ef50639d579a5699839217a130a10e0b7a3d1c59b6b8981a972b07046e9fd797
+// identity: sha256:9d5392195717cd68891cf9c69062adb0f021ad4bec8cd5d6267e1d27b106b695
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:01f3702fd33afb04e1de813e312948c4ffe1d6c7ea3b3f6da2cbbbe5392f3185
+// identity: sha256:885cf19b7608481ba0cb4994f7dbed610b5aa2a8375f134c2bed9530177bcf5b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

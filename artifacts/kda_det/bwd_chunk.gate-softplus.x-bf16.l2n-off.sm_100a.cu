@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:d502d865a76488f885573a9bd9e721a53f13a3b5d64fcaa68545ff10c3619501
+// identity: sha256:2bf28aacb68f3144a79f61b199563f47a110213269057a5539f5f0f26c791c5b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

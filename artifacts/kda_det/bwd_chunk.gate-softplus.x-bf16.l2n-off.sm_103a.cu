@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:b0c4385aa8bc0600aab61cfe14d4701614f2f2c231c00a3fbc08a3726f9bddc1
+// identity: sha256:dca63a5c4974e791e906ae4cdb613494376e6aec9fac3cdc0a99f341163788d3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

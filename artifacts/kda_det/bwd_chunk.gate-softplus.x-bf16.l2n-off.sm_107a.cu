@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:74b60eebc47b53d492fa2ca50645b7ad17399814ee4e6d3e1a64d79f8bc140c7
+// identity: sha256:c52aa490c44635b3808006c90cd9d567027d1e779ae93e47e66abe53380b58b0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

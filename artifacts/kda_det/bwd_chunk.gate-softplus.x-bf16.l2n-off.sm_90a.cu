@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:6ae207f8d79bc2ef471270c1e7c6f313669f40a79ea1b43192fa81f852368c53
+// identity: sha256:8375e4f48316f317b62e956e13408c69f893bb9b04b3a6ba099e106be59ad971
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

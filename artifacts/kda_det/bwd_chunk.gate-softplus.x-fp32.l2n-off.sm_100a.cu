@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:2a6f5b5bd2462308fc56c1fd8481ed8b61dc9889e7be6a13213ffab33cd35096
+// identity: sha256:318bb7bfabb8106e62c6a197429f9b4a246fdde628d3f1b268c112fb2006c021
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

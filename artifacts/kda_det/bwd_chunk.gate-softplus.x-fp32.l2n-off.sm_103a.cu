@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:3a207cdf65700538a3a9182f452fc7909eae1cd5c46f2ee4ffa972b00835c196
+// identity: sha256:f6ff6dbc0dea2d719f0a655f866cdce42b55cc2d61b3c79de54f268a23a57081
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:b4aa303e861c4739a201dc5d8b6b0800133aa91369a6b3e2e86228a6fd6d1ee1
+// identity: sha256:de14d5f72a0968717633f5381df3f55bd24cd7aa5a2e72fcc87e2e6ab76a5379
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

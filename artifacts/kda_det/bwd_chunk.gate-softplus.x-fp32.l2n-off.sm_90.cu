@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:bdb8a4abbbdf94f795ba8e49ecc7bb2b7b38d15be6c0960e5fbdfa2d3f59a8df
+// identity: sha256:b670273631bc31227ef3a94bab3a95299a68659fe46526e5234890c490ef55af
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

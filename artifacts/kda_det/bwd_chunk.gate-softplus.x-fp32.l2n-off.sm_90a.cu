@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:bcc9e8df79b9246fd07f8a48fe607a9b83565564a881fad8c0d3794208d15761
+// identity: sha256:63930af18e89a11c86e90df5ea7574be7cb04668adbdde2ad3b33932ab3e6d12
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
