@@ -703,29 +703,10 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);",
                 "cake_prefetch_l2(dS_end + ws * 16384 + ((32 * tid) & 8191));",
             ),
-            (
-                "const float* src = dS_end + ws * 16384 + d * 128",
-                "const float* src = dS_end + ws * 16384 + (d & 63) * 128",
-            ),
             (  # both copies (value columns 0..63, 64..127): copy i's rows are (tid >> 4) + 32 i
                 "cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);",
                 "cake_cp_async16(dst + SD_STEP * i, src + 4096 * (i & 1), 16);",
             ),
-        ],
-        # dgl = rowsum(S_c * dS_end) (docs/notes.md, end of session 27): without its dS_end reads
-        # from L2 (the fmas and S_c's shared-memory reads stay), and without the section at all
-        # (dgl = 0): what moving dgl into kda_bwd_state could give bwd_chunk at most
-        "dglnoload": [
-            (
-                "const float4 a = *reinterpret_cast<const float4*>(src + 16 * b + 4 * m);",
-                "const float4 a = make_float4(1.f, 1.f, 1.f, 1.f);",
-            )
-        ],
-        "nodgl": [
-            (
-                "for (int b = 0; b < 2; ++b) {\n            float4 sv[4];",
-                "for (int b = 0; b < 0; ++b) {\n            float4 sv[4];",
-            )
         ],
         # the mma k-loops of one phase each (the per-element work around them stays)
         **_BULK_LOOPS,

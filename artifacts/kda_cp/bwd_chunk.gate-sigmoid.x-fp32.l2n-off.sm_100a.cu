@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:192cead19d3a5c4b416709c7ffd8ffe9a49da9cbd74c2e094ee2fca1b4c3c10b
+// identity: sha256:45c3dbaf4baf4050c0d214fa24e44411897ab972b0920c5af98c1c2208a2f5ac
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -355,6 +355,48 @@ __device__ __forceinline__ float4 ldt4_at(const float* s, int q0, int q1, int kp
 // row (tid >> 4) + 32 i, 16-byte chunk tid & 15, at sd_dst(tid) + SD_STEP i.
 __device__ __forceinline__ int sd_dst(int tid) { return fx<64>(tid >> 4, 4 * (tid & 15)); }
 constexpr int SD_STEP = 2048;
+// dgl[d] = sum_v S_c[d][v] dS_end[d][v] is formed in phase 5 from those copies as they land (before
+// sm_90a rounds them in place), so dS_end crosses L2 once (session 28: -4..-6 % of this kernel
+// against phase 3's reads of it from L2). S_c's values for them come from its 16-bit record
+// (cake/state16.cuh) in global memory: copy i's four values v = 64 h + 4 c + j (c = tid & 15) lie
+// in group G = 4 h + (c >> 2) at positions 8 (c & 1) + 2 j + ((c >> 1) & 1), i.e. in word j of the
+// group's 16-byte chunk c & 1, its high half when c & 2 (lanes c and c ^ 2 load the same chunk).
+__device__ __forceinline__ void dgl_load(uint4 (&w)[4], const unsigned char* rec, int tid, int half) {
+    const int c = tid & 15;
+    const unsigned char* src = rec + 256 * (tid >> 4) + 32 * (4 * half + (c >> 2)) + 16 * (c & 1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint4*>(src + 8192 * i);  // row + 32
+}
+// s[i] (row (tid >> 4) + 32 i): one fma chain over the thread's values, v ascending, half 0's four
+// then half 1's.
+__device__ __forceinline__ void dgl_dot(float (&s)[4], const uint4 (&w)[4], const float* Bs, int own,
+                                        const unsigned char* SE, int tid, int half) {
+    const int c = tid & 15, hs = 8 * (c & 2), G = 4 * half + (c >> 2);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float4 a = *reinterpret_cast<const float4*>(Bs + own + SD_STEP * i);
+        const float f = cake_s16_up(SE[G * 128 + (tid >> 4) + 32 * i]);
+        const float s0 = cake_f16x2_to_f32(w[i].x >> hs).x * f, s1 = cake_f16x2_to_f32(w[i].y >> hs).x * f;
+        const float s2 = cake_f16x2_to_f32(w[i].z >> hs).x * f, s3 = cake_f16x2_to_f32(w[i].w >> hs).x * f;
+        float x = half == 0 ? s0 * a.x : fmaf(s0, a.x, s[i]);
+        x = fmaf(s1, a.y, x);
+        x = fmaf(s2, a.z, x);
+        s[i] = fmaf(s3, a.w, x);
+    }
+}
+// Each row's total over its 16 lanes in five shuffles (not 16): lanes exchange half their rows
+// across lane bit 3, then one of two across bit 2, then sum over bits 1 and 0; lane c ends with
+// row (tid >> 4) + 32 (c >> 2), which lane c = 4 (c >> 2) writes.
+__device__ __forceinline__ void dgl_reduce(const float (&s)[4], float* out, int tid) {
+    const int c = tid & 15;
+    const bool hi = c & 8, b = c & 4;
+    const float t0 = (hi ? s[2] : s[0]) + __shfl_xor_sync(0xffffffffu, hi ? s[0] : s[2], 8);
+    const float t1 = (hi ? s[3] : s[1]) + __shfl_xor_sync(0xffffffffu, hi ? s[1] : s[3], 8);
+    float u = (b ? t1 : t0) + __shfl_xor_sync(0xffffffffu, b ? t0 : t1, 4);
+    u += __shfl_xor_sync(0xffffffffu, u, 2);
+    u += __shfl_xor_sync(0xffffffffu, u, 1);
+    if ((c & 3) == 0) out[(tid >> 4) + 32 * (c >> 2)] = u;
+}
 
 __device__ __forceinline__ int px_pair(int r) { return 8 * (r >> 4) + (r & 7); }
 __device__ __forceinline__ int px_chunk(int r, int c) { return px_pair(r) * 256 + ((c ^ (5 * (r & 1))) << 2); }
@@ -606,8 +648,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // The forward's L2-norm reciprocals (rq, rk adjacent), the same bits it used.
         if (kL2Norm && tid < 32) cake_cp_async16(rq + 4 * tid, Rn + ws * 128 + 4 * tid, 16);
         cake_cp_async_commit();
-        // dS_end (64 KB, a 128-byte line per thread) into L2 now: phase 3's dgl reads it straight
-        // from global memory, and stalled on DRAM latency there (ncu, session 4).
+        // dS_end (64 KB, a 128-byte line per thread) into L2 now: phase 5 copies it in.
         cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);
         const int gf0 = fx<128>(gr0, 4 * gc4);
 #pragma unroll
@@ -817,25 +858,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 mma_k16(X[ni], alo, ahi, r4(ldt4_at<128>(RD, bq[ni][0], bq[ni][1], kp)));
         }
     }
-    // dgl[d] = sum_v S_c[d][v] dS_end[d][v]: four threads per d, fixed order.
-    float dgl;
-    {
-        const int d = tid >> 2, part = tid & 3;
-        const float* src = dS_end + ws * 16384 + d * 128 + 32 * part;
-        const int f = fx<128>(d, 32 * part);  // chunk 8 part + m: XOR 4 m
-        float s = 0.f;
-#pragma unroll
-        for (int m = 0; m < 8; ++m) {
-            const float4 a = *reinterpret_cast<const float4*>(src + 4 * m);
-            const float4 sv = ldf4(RD, f ^ (4 * m));
-            s = fmaf(sv.x, a.x, s); s = fmaf(sv.y, a.y, s); s = fmaf(sv.z, a.z, s); s = fmaf(sv.w, a.w, s);
-        }
-        s += __shfl_xor_sync(0xffffffffu, s, 1);
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
-        dgl = s;
-    }
     __syncthreads();  // S_c and v dead
-    if ((tid & 3) == 0) sc[SC_DGL + (tid >> 2)] = dgl;
     {
         CAKE_REIDX_WG;
         // beta X, transposed [v][j], TF32, into the first half of RD. Element (row 32 cq + 8 ni +
@@ -973,13 +996,21 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     {
         CAKE_REIDX_WG;
         float acc[4][4];
+        const unsigned char* rec = reinterpret_cast<const unsigned char*>(states) + ws * CAKE_S16_BYTES;
+        uint4 dglw[4];  // S_c's record words for this thread's copies of the dS_end half that landed
+        float dgls[4];
         zero16(acc);
         cake_cp_async_wait<1>();
+        dgl_load(dglw, rec, tid, 0);
+        dgl_dot(dgls, dglw, RD, sd_dst(tid), SE, tid, 0);
         __syncthreads();
 #pragma unroll 1
         for (int half = 0; half < 2; ++half) {
             if (half == 1) {
                 cake_cp_async_wait<0>();
+                dgl_load(dglw, rec, tid, 1);
+                dgl_dot(dgls, dglw, RC, sd_dst(tid), SE, tid, 1);
+                dgl_reduce(dgls, sc + SC_DGL, tid);
                 __syncthreads();
             }
             const float* Bs = half == 0 ? RD : RC;
