@@ -273,14 +273,28 @@ BWD_FEW_WAITS = _every_fourth(
 # (nogact: the log gate taken as the input itself)
 _NO_DX = [
     (
-        "                        store_dx(po + j * tok_stride, dx);\n"
-        "                        bias_acc += dx;\n"
-        "                        a_acc += dA;",
-        "                        store_dx(po + j * tok_stride, dgv);",
+        "                if (ok) store_dx(p, dx);\n"
+        "                bias_acc += ok ? dx : 0.f;\n"
+        "                a_acc += ok ? dA : 0.f;",
+        "                if (ok) store_dx(p, dgv);",
     ),
 ]
+# The epilogue's other raw-only parts: x's copy into shared memory (nox: the loop reads stale words)
+# and the reduction of the ddt_bias / dA_log partials with its barrier (noend: none of it runs)
+_NO_X = [
+    (
+        "                if (r < L)\n                    cake_cp_async16(xs + r * 128",
+        "                if (r < 0)\n                    cake_cp_async16(xs + r * 128",
+    )
+]
+_NO_END = [
+    (
+        "        if (kGate != 0) {\n            sc[SC_BIAS + 128 * sg + d] = bias_acc;",
+        "        if (kGate != 0 && H < 0) {\n            sc[SC_BIAS + 128 * sg + d] = bias_acc;",
+    )
+]
 _RAW_BWD = {
-    "gate-sigmoid.x-fp32.l2n-off": {"nodx": _NO_DX},
+    "gate-sigmoid.x-fp32.l2n-off": {"nodx": _NO_DX, "nox": _NO_X, "noend": _NO_END},
     "gate-sigmoid.x-fp32.l2n-fused": {
         "nodx": _NO_DX,
         "nogact": [("cake_gamma_add<kGate>(acc, *p,", "cake_gamma_add<0>(acc, *p,")],

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:0b4cb9f0f04163a1e83a0db353aa0fbc7e2f5bdb5494eb633a752f2b4728af37
+// identity: sha256:e1d6b6680b0d18f07e50550a163ac7f9a8aef144b20a0cf197e694b7b118d88e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1552,10 +1552,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             __syncthreads();
             if (tid < 128)
                 dbias_part[ws * 128 + tid] = ((sc[SC_BIAS + tid] + sc[SC_BIAS + 128 + tid]) + sc[SC_BIAS + 256 + tid]) + sc[SC_BIAS + 384 + tid];
-            if (tid == 0) {
-                float s = 0.f;
-                for (int w = 0; w < 16; ++w) s += sc[SC_DA + w];
-                dA_part[ws] = s;
+            if (warp == 4) {
+                // the 16 warp partials in a tree of 4 shuffles (a serial sum on one thread was 16
+                // dependent shared-memory loads at the block's very end)
+                float s = lane < 16 ? sc[SC_DA + lane] : 0.f;
+#pragma unroll
+                for (int m = 8; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+                if (lane == 0) dA_part[ws] = s;
             }
         }
     }

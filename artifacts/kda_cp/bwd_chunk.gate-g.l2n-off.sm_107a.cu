@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:9a4033d68cb1f6f8c552a7293b6b0a9da29e5f67b596efc893eb7099b1f33ddf
+// identity: sha256:c4b72e3d76420bef67ead80073d7c793078442f450e419ebb11f8df24ee4b5d5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1552,10 +1552,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             __syncthreads();
             if (tid < 128)
                 dbias_part[ws * 128 + tid] = ((sc[SC_BIAS + tid] + sc[SC_BIAS + 128 + tid]) + sc[SC_BIAS + 256 + tid]) + sc[SC_BIAS + 384 + tid];
-            if (tid == 0) {
-                float s = 0.f;
-                for (int w = 0; w < 16; ++w) s += sc[SC_DA + w];
-                dA_part[ws] = s;
+            if (warp == 4) {
+                // the 16 warp partials in a tree of 4 shuffles (a serial sum on one thread was 16
+                // dependent shared-memory loads at the block's very end)
+                float s = lane < 16 ? sc[SC_DA + lane] : 0.f;
+#pragma unroll
+                for (int m = 8; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+                if (lane == 0) dA_part[ws] = s;
             }
         }
     }

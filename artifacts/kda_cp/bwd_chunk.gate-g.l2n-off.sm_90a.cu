@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:a7a0ec1e85a6612806c0ad3e4a68649b676d0e403db3e9f7aeaf824a3dd1d772
+// identity: sha256:a4efe1443da4ca5acc0777e17515d0651810e4d82386ecae8ffdeb61412c4d8d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1728,10 +1728,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             __syncthreads();
             if (tid < 128)
                 dbias_part[ws * 128 + tid] = ((sc[SC_BIAS + tid] + sc[SC_BIAS + 128 + tid]) + sc[SC_BIAS + 256 + tid]) + sc[SC_BIAS + 384 + tid];
-            if (tid == 0) {
-                float s = 0.f;
-                for (int w = 0; w < 16; ++w) s += sc[SC_DA + w];
-                dA_part[ws] = s;
+            if (warp == 4) {
+                // the 16 warp partials in a tree of 4 shuffles (a serial sum on one thread was 16
+                // dependent shared-memory loads at the block's very end)
+                float s = lane < 16 ? sc[SC_DA + lane] : 0.f;
+#pragma unroll
+                for (int m = 8; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+                if (lane == 0) dA_part[ws] = s;
             }
         }
     }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:44c2871161cb5500d6e09a93713d5a2e49c806071c7067e8a1da87a950e05bca
+// identity: sha256:810a48e10ea6bcc0334025241dcee17a1fd595bdb020bcd998b628826dcad584
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1591,10 +1591,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             __syncthreads();
             if (tid < 128)
                 dbias_part[ws * 128 + tid] = ((sc[SC_BIAS + tid] + sc[SC_BIAS + 128 + tid]) + sc[SC_BIAS + 256 + tid]) + sc[SC_BIAS + 384 + tid];
-            if (tid == 0) {
-                float s = 0.f;
-                for (int w = 0; w < 16; ++w) s += sc[SC_DA + w];
-                dA_part[ws] = s;
+            if (warp == 4) {
+                // the 16 warp partials in a tree of 4 shuffles (a serial sum on one thread was 16
+                // dependent shared-memory loads at the block's very end)
+                float s = lane < 16 ? sc[SC_DA + lane] : 0.f;
+#pragma unroll
+                for (int m = 8; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+                if (lane == 0) dA_part[ws] = s;
             }
         }
     }

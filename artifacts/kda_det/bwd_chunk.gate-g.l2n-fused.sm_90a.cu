@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:ad2eec4261670e20f387d34cee8e6959dd392abcfe6c19fb8c5a263b12857669
+// identity: sha256:bb516a1c3597966e6829884e3d4d757b32fbf9a6d69a7d3eb010d971c0af0db0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1767,10 +1767,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             __syncthreads();
             if (tid < 128)
                 dbias_part[ws * 128 + tid] = ((sc[SC_BIAS + tid] + sc[SC_BIAS + 128 + tid]) + sc[SC_BIAS + 256 + tid]) + sc[SC_BIAS + 384 + tid];
-            if (tid == 0) {
-                float s = 0.f;
-                for (int w = 0; w < 16; ++w) s += sc[SC_DA + w];
-                dA_part[ws] = s;
+            if (warp == 4) {
+                // the 16 warp partials in a tree of 4 shuffles (a serial sum on one thread was 16
+                // dependent shared-memory loads at the block's very end)
+                float s = lane < 16 ? sc[SC_DA + lane] : 0.f;
+#pragma unroll
+                for (int m = 8; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+                if (lane == 0) dA_part[ws] = s;
             }
         }
     }

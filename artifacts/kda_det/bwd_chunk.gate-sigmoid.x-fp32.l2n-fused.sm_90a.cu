@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:47195a34e9598c89c8a0051e459615f73aacca5eadc368b333a52c776dd9b322
+// identity: sha256:d585e52b7f5a062e685d99727d8106eeedc3f56e9bfc3d6cbd61160bbb1b1d01
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1756,37 +1756,50 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int s2 = 3; s2 >= 1; --s2)
             if (s2 > sg) off += sc[SC_SEG + 128 * s2 + d];
         float bias_acc = 0.f, a_acc = 0.f;
-        const float a_exp = expf(A_log[h]), bias_d = dt_bias[h * 128 + d];
+        // h opaque: loaded here again, not taken from phase 0's copy and kept live (spills)
+        const int ho = cake_opaque(h);
+        const float a_exp = expf(A_log[ho]), bias_d = dt_bias[ho * 128 + d];
         x_t* po = dg_out + in_base + (long long)r0 * tok_stride + d;  // row r0's dg / dx
         nv = cake_opaque(nv);  // compared anew: 16 predicates kept across the barrier went to P2R
         {
-            // 4 rows a pass (their x loads issued together), rolled: the activations unrolled 16
-            // times would cost instruction cache; cs shifts down 4 a pass (registers, no indexing).
-            // A row's math and its sums stay in one block: with only the sums predicated, the
-            // emulator's g++ stopped fusing a_acc += dA into an fma (dA_log's last bit, xbf16).
-#pragma unroll 1
-            for (int j0 = 0; j0 < 16 && j0 < nv; j0 += 4, po += 4 * tok_stride) {
-                float xv[4];
+            // One row's dx, its store and its sums; rows past L (ok false) run on x's stale words
+            // and drop out by selects, not branches. Constants folded: the sigmoid form's dx = dg
+            // s (1 - s) (lower_bound a) with s (1 - s) = fma(-s, s, s), dA_log's term dx z; the
+            // softplus form's dx = dg (-a sigmoid(z)), dA_log's dg g.
+            const float ca = -a_exp * CAKE_LOG2E, la = lower_bound * a_exp;
+            auto dx_row = [&](float xj, float cj, bool ok, x_t* p) {
+                const float dgv = cj + off;
+                const float z = xj + bias_d;
+                // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a, dg/dA_log = lb s (1 - s) u
+                const float sv = cake_rcp(1.f + cake_ex2(__fmul_rn(z, ca)));
+                const float dx = __fmul_rn(__fmul_rn(dgv, __fmaf_rn(-sv, sv, sv)), la);
+                const float dA = __fmul_rn(dx, z);
+                if (ok) store_dx(p, dx);
+                bias_acc += ok ? dx : 0.f;
+                a_acc += ok ? dA : 0.f;
+            };
+            if (nv >= 16) {
+                // all 16 rows valid (every segment of a full chunk): unrolled, no guards (a rolled
+                // loop spent ~half its instructions shifting cs, on 64-bit row addresses and on
+                // predicates); 4 rows' loads in flight at a time (registers)
 #pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    xv[j] = load_x(xs + (r0 + j0 + j) * 128 + d);  // rows past L: unused
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    if (j0 + j < nv) {
-                        const float dgv = cs[j] + off;
-                        const float z = xv[j] + bias_d;
-                        // g = lb sigmoid(u), u = a z: dg/dz = lb s (1 - s) a, dg/dA_log = lb s (1 - s) u
-                        const float u = a_exp * z, sg_ = cake_sigmoid_fast(u);
-                        const float gu = lower_bound * sg_ * (1.f - sg_);
-                        const float dx = dgv * gu * a_exp;
-                        const float dA = dgv * gu * u;
-                        store_dx(po + j * tok_stride, dx);
-                        bias_acc += dx;
-                        a_acc += dA;
-                    }
+                for (int j = 0; j < 16; ++j) {
+                    dx_row(load_x(xs + (r0 + j) * 128 + d), cs[j], true, po + j * tok_stride);
+                    if ((j & 3) == 3) cake_sched_fence();
                 }
+            } else {
+                // the segment that holds row L - 1: 4 rows a pass, rolled (cs shifts down 4 a pass:
+                // registers, no indexing)
+#pragma unroll 1
+                for (int j0 = 0; j0 < nv; j0 += 4, po += 4 * tok_stride) {
+                    float xv[4];
 #pragma unroll
-                for (int j = 0; j < 12; ++j) cs[j] = cs[j + 4];
+                    for (int j = 0; j < 4; ++j) xv[j] = load_x(xs + (r0 + j0 + j) * 128 + d);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) dx_row(xv[j], cs[j], j0 + j < nv, po + j * tok_stride);
+#pragma unroll
+                    for (int j = 0; j < 12; ++j) cs[j] = cs[j + 4];
+                }
             }
         }
         if (kGate != 0) {
@@ -1797,10 +1810,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             __syncthreads();
             if (tid < 128)
                 dbias_part[ws * 128 + tid] = ((sc[SC_BIAS + tid] + sc[SC_BIAS + 128 + tid]) + sc[SC_BIAS + 256 + tid]) + sc[SC_BIAS + 384 + tid];
-            if (tid == 0) {
-                float s = 0.f;
-                for (int w = 0; w < 16; ++w) s += sc[SC_DA + w];
-                dA_part[ws] = s;
+            if (warp == 4) {
+                // the 16 warp partials in a tree of 4 shuffles (a serial sum on one thread was 16
+                // dependent shared-memory loads at the block's very end)
+                float s = lane < 16 ? sc[SC_DA + lane] : 0.f;
+#pragma unroll
+                for (int m = 8; m >= 1; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+                if (lane == 0) dA_part[ws] = s;
             }
         }
     }
