@@ -61,9 +61,9 @@ for step in $steps; do
       done > "$OUT/ab.txt"
       python3 tools/ab_table.py "$OUT/ab.txt" ;;
     abtime) for rv in ${AB_ROWS:-1doc:g:off:saved 1doc:raw:off:saved 1doc:g:fused:replay 1doc:raw:fused:replay R2:g:off:saved}; do
-        row=${rv%%:*} variant=${rv#*:} log="$OUT/abtime-${rv//:/-}.log"
+        row=${rv%%:*} variant=${rv#*:} log="$OUT/abtime-$(basename "${AB_DIR:-.ablate}")-${rv//:/-}.log"
         timeout ${AB_S:-90} python3 tools/ablate.py time --dir "${AB_DIR:-.ablate}" --rounds ${AB_ROUNDS:-7} --check --ref "${AB_REF:-tree-p0}" --row "$row" --variant "$variant" > "$log" 2>&1
-        echo "== $rv (rc=$?)"; grep -E "grid=|tree-|same " "$log"
+        echo "== $rv (rc=$?)"; grep -E "grid=|^    [A-Za-z0-9_-]+ +[0-9]" "$log"  # every variant: trees and ablations
       done ;;
     probe) timeout 120 python3 -m pytest -q -m sm90 -rf tests/test_wgmma_probe_gpu.py 2>&1 | tee "$OUT/probe.log" | tail -8 ;;
     latency) python3 tools/load_latency.py >/dev/null 2>&1; python3 tools/load_latency.py --json "$OUT/latency.json" ;;
