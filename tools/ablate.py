@@ -293,9 +293,34 @@ _NO_END = [
         "        if (kGate != 0 && H < 0) {\n            sc[SC_BIAS + 128 * sg + d] = bias_acc;",
     )
 ]
+# What the fused L2 norm adds to kda_bwd_chunk (its programs run ~12 % longer than the l2n-off
+# ones, session 29): Gamma formed in place in phase 2 (noowng: not formed, gs keeps the gate rows),
+# phase 7's norm work (nol2n7: the row dots, their reduction and dq / dk through the norm), and the
+# reciprocals' products in phases 3-6 (norq: rq = rk = 1)
+_FUSED_BWD = {
+    "noowng": [
+        (
+            "if (rb >= 2) gamma_in_place(gs, L, gu, gbias, gea, lower_bound);",
+            "if (rb >= 2 && H < 0) gamma_in_place(gs, L, gu, gbias, gea, lower_bound);",
+        )
+    ],
+    "nol2n7": [("if (kL2Norm) {", "if (kL2Norm && H < 0) {")],
+    "norq": [
+        (
+            "auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };",
+            "auto rqf = [&](int r) { return 1.f; };",
+        ),
+        (
+            "auto rkf = [&](int r) { return kL2Norm ? rk[r] : 1.f; };",
+            "auto rkf = [&](int r) { return 1.f; };",
+        ),
+    ],
+}
 _RAW_BWD = {
     "gate-sigmoid.x-fp32.l2n-off": {"nodx": _NO_DX, "nox": _NO_X, "noend": _NO_END},
+    "gate-g.l2n-fused": _FUSED_BWD,
     "gate-sigmoid.x-fp32.l2n-fused": {
+        **_FUSED_BWD,
         "nodx": _NO_DX,
         "nogact": [("cake_gamma_add<kGate>(acc, *p,", "cake_gamma_add<0>(acc, *p,")],
     },
