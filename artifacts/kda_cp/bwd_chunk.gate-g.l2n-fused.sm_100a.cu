@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:be4fe273367aeac7030b72038f5bf26074227f71b523542cecbf6f4401d7a798
+// identity: sha256:e88d787b32954a7519622d7395bb40070742562c0fc35a5e6e8d6e06c26bd3d5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:56a13f487da6929d48531888ae650fc547c3bd823977d7b606500ff469a3dda0
+// identity: sha256:85b99acda99495c6a7aa28b212e90f11f95f6e9df071359f5887f3f61d9755ef
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:10c3b56ab3e4b4a5b501ee5829dd544dc36c4fe025aacbf139c4b6a57206645d
+// identity: sha256:7b7b151294a508c1e0664e3546ab5dd976456b36ba8b1920e761e605c22660c0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:6ec396fe64f9693edd4974ca2517a6281ff16775ec55071460dc6df31676bdca
+// identity: sha256:7ca5b03ae4943a9fd2797f08bdbe7e2356178cd9b1e68e45933ccb135601c597
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

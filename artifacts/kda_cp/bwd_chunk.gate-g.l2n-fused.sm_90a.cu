@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:ca14919f1ef8763d460e15a8c5e32abd36b6671ca16ddefd01e6c7d1de413807
+// identity: sha256:2ccdcc08297e2e9a033b570d97ba2df9d58541d7166bb61d65685dfea278486c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:e1d6b6680b0d18f07e50550a163ac7f9a8aef144b20a0cf197e694b7b118d88e
+// identity: sha256:c245f867bc7b88818baaf646a1391757eb9d35f1e491b77e1b8d7b7552ab5e94
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:7c7848147ea808c9f12c0fe015611274f6bf4d7b5fdd019dfe9894a36d89255d
+// identity: sha256:d4f7a215325a800d1ddd247df7c2c1c8742a7054056b19dbffbcc4354562e6f4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

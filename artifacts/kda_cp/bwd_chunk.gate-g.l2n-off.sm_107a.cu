@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:c4b72e3d76420bef67ead80073d7c793078442f450e419ebb11f8df24ee4b5d5
+// identity: sha256:770aeb9348156525db3a18d394922a0154942b878b2260f19038239bdda9d6c6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

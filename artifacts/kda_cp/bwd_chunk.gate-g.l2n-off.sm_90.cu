@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:f2d90b22425eed4b9174da8f90705451c1efb8482520531d1b110bfa16b687db
+// identity: sha256:b8cb18c985017a5edbf8c74f9beea2de519a94b47e9b919747980ca41743f48f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:a4efe1443da4ca5acc0777e17515d0651810e4d82386ecae8ffdeb61412c4d8d
+// identity: sha256:de07b3ff0661de17877979b581d9cfbe8b8c427c13936aff90509fbedd45a8d2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:257c1ef22f1adc124d13cb3725a83de06b8fea965cec7a8400f34eaf0b2ba17b
+// identity: sha256:646f3a2788a56b4fe400ffb5824c5c0222d9f701c082ddf6abe8e58f9fcd918a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1580,9 +1580,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int s2 = 3; s2 >= 1; --s2)
             if (s2 > sg) off += sc[SC_SEG + 128 * s2 + d];
         float bias_acc = 0.f, a_acc = 0.f;
-        // h opaque: loaded here again, not taken from phase 0's copy and kept live (spills)
-        const int ho = cake_opaque(h);
-        const float a_exp = expf(A_log[ho]), bias_d = dt_bias[ho * 128 + d];
+        const float a_exp = expf(A_log[h]), bias_d = dt_bias[h * 128 + d];
         x_t* po = dg_out + in_base + (long long)r0 * tok_stride + d;  // row r0's dg / dx
         nv = cake_opaque(nv);  // compared anew: 16 predicates kept across the barrier went to P2R
         {

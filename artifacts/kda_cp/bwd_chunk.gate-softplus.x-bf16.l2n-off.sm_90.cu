@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:262067b3243e3867d7f27a9b25fc4213ed0ccfe9d733426160faf829731655a6
+// identity: sha256:210c9151fb556c126770bf88d7155618877e8e1ea40cbffd29de041600b737e0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1538,9 +1538,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int s2 = 3; s2 >= 1; --s2)
             if (s2 > sg) off += sc[SC_SEG + 128 * s2 + d];
         float bias_acc = 0.f, a_acc = 0.f;
-        // h opaque: loaded here again, not taken from phase 0's copy and kept live (spills)
-        const int ho = cake_opaque(h);
-        const float a_exp = expf(A_log[ho]), bias_d = dt_bias[ho * 128 + d];
+        const float a_exp = expf(A_log[h]), bias_d = dt_bias[h * 128 + d];
         x_t* po = dg_out + in_base + (long long)r0 * tok_stride + d;  // row r0's dg / dx
         nv = cake_opaque(nv);  // compared anew: 16 predicates kept across the barrier went to P2R
         {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:4c769a6d19274b56a2770ef1e89ce20cd4de6f01afb0d646d0d586950dbbc27b
+// identity: sha256:b6019dc3c901c58568404303a5e658d65a8cdc4deca8b220309c774c7d95ff61
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

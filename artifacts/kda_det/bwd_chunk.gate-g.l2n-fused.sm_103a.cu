@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:424d0478a29792264a77d388c581a8f0ee06c8847c302b799571ad213397d9cf
+// identity: sha256:ee8403e7ff16054af4969c4c3662a11515f3feaeced127f02a84ddd4fe680ead
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

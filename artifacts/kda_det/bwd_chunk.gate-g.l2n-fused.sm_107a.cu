@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:a066e04f05dc6c76339d061172b6c4a67f40a08b12b840f4d54c484057fd6c17
+// identity: sha256:7963e746b841ec18c539d4715374f197812cd9fd11a8105cc627c0b092a265b7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

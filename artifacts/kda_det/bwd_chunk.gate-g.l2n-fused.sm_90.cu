@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:810a48e10ea6bcc0334025241dcee17a1fd595bdb020bcd998b628826dcad584
+// identity: sha256:0b1f8934fe96328eea362fe89d13db931d0f742b89ab193869f9fb7916df0b55
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

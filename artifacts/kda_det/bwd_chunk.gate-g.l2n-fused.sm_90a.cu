@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:bb516a1c3597966e6829884e3d4d757b32fbf9a6d69a7d3eb010d971c0af0db0
+// identity: sha256:e575e537db32b6538c7ced07d7e755ab4531b5850bc470a4b8d875de51bc2b26
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:0f75e7f711a1a12593d135dedd0ab2ea41b76933a49876b67068078bf4b7cc33
+// identity: sha256:312737657d80e42356bda73676c44e7ad801a7fcbaad8b2fc5c4a80dd87a3472
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

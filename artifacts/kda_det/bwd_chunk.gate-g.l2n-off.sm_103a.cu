@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:83e1c13745dd58150127e0720681197cd516ac6d6f04d681d10c7ad7279827fa
+// identity: sha256:6ac5d16b9c7b6048c02633dd17c8255816ce6074f91c21b978bb1da496d9bd81
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:4e10f4857f7d36dcd6b7e4c6959bca910e4b92744b1bb71114993fbf0f5c877a
+// identity: sha256:95760d91ad1c0d193ba6096957f92c229323acbcf6417b62859bc02c38543e90
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:945bbf2b282edbb8c0305104271a267fdc6218aa8c3fd82ed938fdd02b4c3b7a
+// identity: sha256:0be6795e84b3b2f4547e0331c485db5994239e6c03b904ad530ba6193e90b0a4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

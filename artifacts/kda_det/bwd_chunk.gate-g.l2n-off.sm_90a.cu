@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:0464f32bf744b669d5d78f976127163f62baa99f01b2f143601836a9ac9d3498
+// identity: sha256:174ba06a69bbbb946e1cbb1a5861083917dca350c98c439dd5848ddf9fe04cb6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

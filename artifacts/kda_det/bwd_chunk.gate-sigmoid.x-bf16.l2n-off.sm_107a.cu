@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:7fb468f23c464d5f83857711d81eb59475d55c6f8e11a64d4aa2fee80927276e
+// identity: sha256:8fa2a920f122c81a41d95ddbd29275a62a8d27b894e2be51285305e1f47b9825
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1538,9 +1538,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int s2 = 3; s2 >= 1; --s2)
             if (s2 > sg) off += sc[SC_SEG + 128 * s2 + d];
         float bias_acc = 0.f, a_acc = 0.f;
-        // h opaque: loaded here again, not taken from phase 0's copy and kept live (spills)
-        const int ho = cake_opaque(h);
-        const float a_exp = expf(A_log[ho]), bias_d = dt_bias[ho * 128 + d];
+        const float a_exp = expf(A_log[h]), bias_d = dt_bias[h * 128 + d];
         x_t* po = dg_out + in_base + (long long)r0 * tok_stride + d;  // row r0's dg / dx
         nv = cake_opaque(nv);  // compared anew: 16 predicates kept across the barrier went to P2R
         {

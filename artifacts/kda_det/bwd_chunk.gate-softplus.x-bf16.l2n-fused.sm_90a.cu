@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:34581cf9266fa5d19ac3d51a90d52e70e61a580ca021d0bca63d33e30100bcb2
+// identity: sha256:64805c8fb3f37cc0cdf9b75a2411252876a29ce64b7995b385b12471361cadc7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1762,9 +1762,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int s2 = 3; s2 >= 1; --s2)
             if (s2 > sg) off += sc[SC_SEG + 128 * s2 + d];
         float bias_acc = 0.f, a_acc = 0.f;
-        // h opaque: loaded here again, not taken from phase 0's copy and kept live (spills)
-        const int ho = cake_opaque(h);
-        const float a_exp = expf(A_log[ho]), bias_d = dt_bias[ho * 128 + d];
+        const float a_exp = expf(A_log[h]), bias_d = dt_bias[h * 128 + d];
         x_t* po = dg_out + in_base + (long long)r0 * tok_stride + d;  // row r0's dg / dx
         nv = cake_opaque(nv);  // compared anew: 16 predicates kept across the barrier went to P2R
         {

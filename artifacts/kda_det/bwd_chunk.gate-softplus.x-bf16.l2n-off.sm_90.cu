@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:b0692f4853c9c70825cbd51e75841b298f8e63d9fc902be2a10bac12687fb26b
+// identity: sha256:d925905323c6793dbde1adf9d2bc44dc7509bc216f7769aef1579280cdc187b0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1538,9 +1538,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         for (int s2 = 3; s2 >= 1; --s2)
             if (s2 > sg) off += sc[SC_SEG + 128 * s2 + d];
         float bias_acc = 0.f, a_acc = 0.f;
-        // h opaque: loaded here again, not taken from phase 0's copy and kept live (spills)
-        const int ho = cake_opaque(h);
-        const float a_exp = expf(A_log[ho]), bias_d = dt_bias[ho * 128 + d];
+        const float a_exp = expf(A_log[h]), bias_d = dt_bias[h * 128 + d];
         x_t* po = dg_out + in_base + (long long)r0 * tok_stride + d;  // row r0's dg / dx
         nv = cake_opaque(nv);  // compared anew: 16 predicates kept across the barrier went to P2R
         {
