@@ -316,7 +316,7 @@ _FUSED_BWD = {
         ),
     ],
 }
-_RAW_BWD = {
+_BWD_FORM_ABLATIONS = {
     "gate-sigmoid.x-fp32.l2n-off": {"nodx": _NO_DX, "nox": _NO_X, "noend": _NO_END},
     "gate-g.l2n-fused": _FUSED_BWD,
     "gate-sigmoid.x-fp32.l2n-fused": {
@@ -674,7 +674,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     # kda_bwd_chunk's L2 prefetches (dS_end in phase 0; the raw gate input x in phase 6) left out
     **{
-        f"bwd_chunk.{form}.sm_90a": {"nopf": NO_PREFETCH, **_RAW_BWD.get(form, {})}
+        f"bwd_chunk.{form}.sm_90a": {"nopf": NO_PREFETCH, **_BWD_FORM_ABLATIONS.get(form, {})}
         for form in (
             "gate-sigmoid.x-fp32.l2n-off",
             "gate-sigmoid.x-fp32.l2n-fused",
