@@ -24,7 +24,7 @@ import cake.kda.stages as stages_module  # noqa: E402
 from cake.errors import LaunchError  # noqa: E402
 from cake.kda import chunk_kda  # noqa: E402
 from cake.kda.layout import layout_for  # noqa: E402
-from cake.spec import Arch, GateForm, L2Norm  # noqa: E402
+from cake.spec import Arch, GateForm  # noqa: E402
 from tools.emu import compiler  # noqa: E402
 from tools.emu.check import (  # noqa: E402
     BOUND,
@@ -160,7 +160,7 @@ def test_chunk_kda_autograd_on_cpu(loader):
     [
         (GateForm.sigmoid, torch.float32, False),
         pytest.param(GateForm.g, torch.float32, False, marks=pytest.mark.slow),
-        (GateForm.g, torch.float32, True),  # kda_bwd_chunk forms Γ: the forward keeps no G
+        (GateForm.g, torch.float32, True),
         pytest.param(GateForm.softplus, torch.bfloat16, False, marks=pytest.mark.slow),
         pytest.param(GateForm.softplus, torch.bfloat16, True, marks=pytest.mark.slow),
     ],
@@ -183,40 +183,10 @@ def test_gate_stage_matches_float64_and_fwd_chunk_bits(form, x_dtype, l2n, loade
         G = stages_module.gate_cumsum(
             x, layout, form, A_log=inp.A_log, dt_bias=inp.dt_bias, lower_bound=config.lower_bound
         )
-        saved = forward_module.forward(*args, config, keep=True)[2]
-        # where kda_bwd_chunk forms Γ from g itself the forward keeps no G: fwd_chunk's Γ is then
-        # read from a launch of it with a G_out of its own
-        own = forward_module.bwd_forms_gamma(config)
-        fwd_G = fwd_chunk_gamma(inp, config, x) if own else saved["G"]
+        fwd_G = forward_module.forward(*args, config, keep=True)[2]["G"]
     ref = reference(x, config.cu_seqlens, form, inp.A_log, inp.dt_bias, config.lower_bound)
     assert rel_l2(G, ref) <= 1e-5
     assert torch.equal(G, fwd_G)
-    assert (saved["G"] is None) == own
-
-
-def fwd_chunk_gamma(inp, config, x: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
-    """kda_fwd_chunk's G_out, from one launch with buffers of its own."""
-    T, H, K = x.shape
-    A_log, dt_bias = (
-        stages_module.raw_gate_params(inp.A_log, inp.dt_bias, H, x.device)
-        if config.gate is not GateForm.g
-        else (None, None)
-    )
-    layout = layout_for(config.cu_seqlens, x.device)
-    st = forward_module._static(
-        forward_module.default_loader(), config, H, T, x.dtype, x.device, True, True
-    )
-    NC = layout.n_chunks
-    f32 = lambda *shape: torch.empty(shape, dtype=torch.float32)  # noqa: E731
-    G = f32(T, H, K)
-    R = f32(NC, H, 128) if config.l2n is L2Norm.fused else None
-    st.chunk(
-        (NC, H), inp.q, inp.k, inp.v, inp.beta, x, A_log, dt_bias, layout.chunks,
-        f32(NC, H, 64, 64), f32(NC, H, 64, K), f32(NC, H, 64, K), f32(NC, H, 64, K),
-        f32(NC, H, K, 64), f32(NC, H, K), G, f32(NC, H, 64, 64), R,
-        H, forward_module.beta_flags(config, inp.beta), config.scale, float(config.lower_bound),
-    )  # fmt: skip
-    return G
 
 
 # ---- orchestration and emulator guarantees ------------------------------------------------------

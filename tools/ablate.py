@@ -293,17 +293,11 @@ _NO_END = [
         "        if (kGate != 0 && H < 0) {\n            sc[SC_BIAS + 128 * sg + d] = bias_acc;",
     )
 ]
-# What the fused L2 norm adds to kda_bwd_chunk (its programs run ~12 % longer than the l2n-off
-# ones, session 29): Gamma formed in place in phase 2 (noowng: not formed, gs keeps the gate rows),
-# phase 7's norm work (nol2n7: the row dots, their reduction and dq / dk through the norm), and the
-# reciprocals' products in phases 3-6 (norq: rq = rk = 1)
+# What the fused L2 norm adds to kda_bwd_chunk (its programs ran ~12 % longer than the l2n-off
+# ones in session 29; forming Gamma there, 5 %, went in session 30): phase 7's norm work (nol2n7:
+# the row dots, their reduction and dq / dk through the norm), and the reciprocals' products in
+# phases 3-6 (norq: rq = rk = 1)
 _FUSED_BWD = {
-    "noowng": [
-        (
-            "if (rb >= 2) gamma_in_place(gs, L, gu, gbias, gea, lower_bound);",
-            "if (rb >= 2 && H < 0) gamma_in_place(gs, L, gu, gbias, gea, lower_bound);",
-        )
-    ],
     "nol2n7": [("if (kL2Norm) {", "if (kL2Norm && H < 0) {")],
     "norq": [
         (
@@ -322,7 +316,6 @@ _BWD_FORM_ABLATIONS = {
     "gate-sigmoid.x-fp32.l2n-fused": {
         **_FUSED_BWD,
         "nodx": _NO_DX,
-        "nogact": [("cake_gamma_add<kGate>(acc, *p,", "cake_gamma_add<0>(acc, *p,")],
     },
 }
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:2ccdcc08297e2e9a033b570d97ba2df9d58541d7166bb61d65685dfea278486c
+// identity: sha256:886cbbbc448e639ade3f275c54e0e812b26eb8cb882f01957dfea46741bae9cd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -618,47 +618,6 @@ constexpr float kFastSpan = 96.f;
 
 }  // namespace
 
-// Gamma in place over the gate input's rows in G's tile (l2n fused programs), formed as
-// kda_fwd_chunk forms it (the same 8-row groups, activations, order and roundings: the same
-// bits), times log2(e). Thread u (0..255) = (c4, w) sums rows 8 w .. 8 w + 7 of dims 4 c4 .. 4 c4
-// + 3 in order (level 1); the 8 groups of a c4 are in one warp, which reads the totals before w at
-// rows 8 v + 7 and sums them in order (level 2). Rows >= L add nothing: they repeat row L - 1.
-// bf16 inputs arrive 8 dims to a 16-byte slot (the slot of dims 8 m .. 8 m + 3, which threads
-// c4 = 2 m and 2 m + 1 of one warp read before either overwrites it).
-__device__ __forceinline__ void gamma_in_place(float* gs, int L, int u, float4 bias, float ea, float lower_bound) {
-    const int c4 = u >> 3, w = u & 7, r0 = 8 * w;
-    const float4 none = make_float4(0.f, 0.f, 0.f, 0.f);
-    float4 acc = none;
-    float4 x[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = *reinterpret_cast<const float4*>(gs + fx<128>(r0 + i, 4 * c4));
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        if (r0 + i < L) acc = cake_gamma_add<kGate>(acc, x[i], bias, ea, lower_bound);
-        x[i] = acc;
-    }
-    *reinterpret_cast<float4*>(gs + fx<128>(r0 + 7, 4 * c4)) = acc;  // the group's total
-    __syncwarp();
-    float4 off = none;
-#pragma unroll
-    for (int v = 0; v < 7; ++v) {
-        if (v < w) {
-            const float4 t = *reinterpret_cast<const float4*>(gs + fx<128>(8 * v + 7, 4 * c4));
-            off.x = __fadd_rn(off.x, t.x); off.y = __fadd_rn(off.y, t.y);
-            off.z = __fadd_rn(off.z, t.z); off.w = __fadd_rn(off.w, t.w);
-        }
-    }
-    __syncwarp();  // every total read before row 8 v + 7 is overwritten
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const float4 l = x[i];
-        const float4 G = make_float4(__fadd_rn(off.x, l.x), __fadd_rn(off.y, l.y),
-                                     __fadd_rn(off.z, l.z), __fadd_rn(off.w, l.w));
-        *reinterpret_cast<float4*>(gs + fx<128>(r0 + i, 4 * c4)) =
-            make_float4(G.x * CAKE_LOG2E, G.y * CAKE_LOG2E, G.z * CAKE_LOG2E, G.w * CAKE_LOG2E);
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
     const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,
@@ -720,19 +679,18 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // part is read as T), dVn (rows >= L zero-filled), waited for here; group 1: S_c, waited for
     // in phase 2; group 2: k, dO, q, Akk's copy of TA (AK's upper part; it comes from L2), rq / rk,
     // waited for before phase 3a, so they land while phase 2 runs.
-    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
-    // where the warps of row blocks 2 and 3 form Gamma in place during phase 2.
     {
-        if (tid >= 256) {  // rows >= L: zeros (never read)
-            const int c4 = (tid - 256) >> 3, r0 = 8 * (tid & 7);  // gamma_in_place's (c4, w)
-#pragma unroll 1
-            for (int i = 0; i < 8; ++i) {
-                const bool ok = r0 + i < L;
-                cake_cp_async16(gs + fx<128>(r0 + i, 4 * c4),
-                                xin + in_base + (ok ? (long long)(r0 + i) * tok_stride + 4 * c4 : 0), ok ? 16 : 0);
-            }
+        // G's rows first (into registers, stored into G's tile after the copies are issued): the
+        // barrier below waits for them, and issued after the copies they queued behind all of them
+        float4 gv[4];
+        const int gr0 = tid >> 5, gc4 = tid & 31;  // rows gr0 + 16 i (past L: row L - 1's values)
+        {
+            const float* g0 = G + in_base + (long long)gr0 * tok_stride + 4 * gc4;
+            const float* glast = G + in_base + (long long)(L - 1) * tok_stride + 4 * gc4;
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                gv[i] = *reinterpret_cast<const float4*>(gr0 + 16 * i < L ? g0 + 16 * i * tok_stride : glast);
         }
-        cake_cp_async_commit();
         // Each thread copies the same rows and 16-byte piece of every tile, a constant apart: rows
         // r + 16 and r + 32 keep the swizzles (cake_sw_bf16, swz depend on r's low 4 bits), so
         // every copy's addresses are the thread's first ones plus a constant (the index arithmetic
@@ -793,6 +751,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         cake_cp_async_commit();
         // dS_end (64 KB, a 128-byte line per thread) into L2 now: phase 5 copies it in.
         cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);
+        const int gf0 = fx<128>(gr0, 4 * gc4);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            float4 x4 = gv[i];
+            x4.x *= CAKE_LOG2E; x4.y *= CAKE_LOG2E; x4.z *= CAKE_LOG2E; x4.w *= CAKE_LOG2E;
+            *reinterpret_cast<float4*>(gs + gf0 + 2048 * i) = x4;
+        }
         if (tid < 64) {
             float b = 0.f;
             if (tid < L) {
@@ -800,7 +765,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
             bs[tid] = b;
         }
-        cake_cp_async_wait<2>();  // group 0 (and own_gamma's gate rows before it)
+        cake_cp_async_wait<2>();  // group 0
         __syncthreads();
     }
     auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };
@@ -827,10 +792,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // 2026-11-29).
     {
         CAKE_REIDX_WG;
-        // gamma_in_place's gate constants, loaded first so that their latency passes under the k loop
-        const int gu = 64 * cq + 32 * (rb & 1) + lane;  // gamma_in_place's thread index on rb >= 2
-        float4 gbias = make_float4(0.f, 0.f, 0.f, 0.f);
-        float gea = 0.f;
         const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
         float acc[4][4];
 #pragma unroll
@@ -874,9 +835,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 *reinterpret_cast<unsigned int*>(dv_out + in_base + (long long)i1 * tok_stride + col) =
                     cake_pack_bf16x2(b1 * acc[ni][2], b1 * acc[ni][3]);
         }
-        // Row blocks 2 and 3 run 2 and 1 of this phase's 4 k steps (rb 0 runs 4): their warps form
-        // Gamma meanwhile. Phase 3a is its first reader, past the two barriers below.
-        if (rb >= 2) gamma_in_place(gs, L, gu, gbias, gea, lower_bound);
         cake_cp_async_wait<1>();  // S_c (issued in phase 0: landed by now); group 2 may still fly
         __syncthreads();  // every read of dVn done; every thread's copies of S_c landed
         const int pe = px_chunk(i0, 16 * cq + t);  // column block ni: chunk bits 2-3

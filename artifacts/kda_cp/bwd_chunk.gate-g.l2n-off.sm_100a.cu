@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:c245f867bc7b88818baaf646a1391757eb9d35f1e491b77e1b8d7b7552ab5e94
+// identity: sha256:008207a3c6a691a027759c83ef5c2d47d11a81e53cea3327a4f6315c9814bd81
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -513,7 +513,6 @@ constexpr float kFastSpan = 96.f;
 
 }  // namespace
 
-
 extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
     const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,
@@ -575,8 +574,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // part is read as T), dVn (rows >= L zero-filled), waited for here; group 1: S_c, waited for
     // in phase 2; group 2: k, dO, q, Akk's copy of TA (AK's upper part; it comes from L2), rq / rk,
     // waited for before phase 3a, so they land while phase 2 runs.
-    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
-    // where the warps of row blocks 2 and 3 form Gamma in place during phase 2.
     {
         // G's rows first (into registers, stored into G's tile after the copies are issued): the
         // barrier below waits for them, and issued after the copies they queued behind all of them
@@ -663,7 +660,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
             bs[tid] = b;
         }
-        cake_cp_async_wait<2>();  // group 0 (and own_gamma's gate rows before it)
+        cake_cp_async_wait<2>();  // group 0
         __syncthreads();
     }
     auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:1f70dbecae8fa735400f98de94076ec351f27e5d2330d27fd9a0c68682b36706
+// identity: sha256:7077f51d0797c458338c02d31e6bcc9fe7bc8f4fe7c6f7abb70d1e109efc6047
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -514,7 +514,6 @@ constexpr float kFastSpan = 96.f;
 
 }  // namespace
 
-
 extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
     const unsigned short* __restrict__ v, const unsigned short* __restrict__ dout,
@@ -576,8 +575,6 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     // part is read as T), dVn (rows >= L zero-filled), waited for here; group 1: S_c, waited for
     // in phase 2; group 2: k, dO, q, Akk's copy of TA (AK's upper part; it comes from L2), rq / rk,
     // waited for before phase 3a, so they land while phase 2 runs.
-    // With own_gamma (gate = g, l2n fused) a group before them brings g's rows < L into G's tile,
-    // where the warps of row blocks 2 and 3 form Gamma in place during phase 2.
     {
         // G's rows first (into registers, stored into G's tile after the copies are issued): the
         // barrier below waits for them, and issued after the copies they queued behind all of them
@@ -664,7 +661,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             }
             bs[tid] = b;
         }
-        cake_cp_async_wait<2>();  // group 0 (and own_gamma's gate rows before it)
+        cake_cp_async_wait<2>();  // group 0
         __syncthreads();
     }
     auto rqf = [&](int r) { return kL2Norm ? rq[r] : 1.f; };

@@ -8,8 +8,7 @@
 
 The saved path passes `saved` = the forward's G, Aqk, W, Qg, Kd, gl, TA (T and Akk in one tile), R
 (fused L2 norm) and states_out (fwd_state): bwd_state reads Qg, W, Kd, Aqk, gl; bwd_chunk reads G,
-TA, R and states_out. For gate = g with the fused L2 norm bwd_chunk forms Γ from g as fwd_chunk does
-(the same bits) and the forward keeps no G (forward.bwd_forms_gamma).
+TA, R and states_out.
 Both paths run the same programs on the same values, so their gradients are bitwise equal.
 """
 
@@ -169,7 +168,7 @@ def backward(  # noqa: ANN201
     dA_part = torch.empty((NC, H), **f32) if raw else None
     dbias_part = torch.empty((NC, H, K), **f32) if raw else None
     st.chunk(
-        (NC, H), q, k, v, do, beta, p("G"), g, A, bias,  # G: None where bwd_chunk forms Γ
+        (NC, H), q, k, v, do, beta, p("G"), g, A, bias,
         layout.chunks, p("states"), p("TA"), p("R"), dS_end, dVn,
         dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, beta_flags(config, beta),
         config.scale, config.lower_bound,

@@ -54,12 +54,6 @@ def _chunk_record(gate: GateForm, l2n: L2Norm, g_dtype: torch.dtype) -> str:
 BETA_SIGMOID, BETA_BF16 = 1, 2  # cake/beta.cuh's CAKE_BETA_SIGMOID, CAKE_BETA_BF16
 
 
-def bwd_forms_gamma(config: Config) -> bool:
-    """Whether kda_bwd_chunk forms Γ from the gate input itself (its template's own_gamma: the fused
-    L2 norm programs), so that the forward keeps no G for it; the l2n-off programs read G."""
-    return config.l2n is L2Norm.fused
-
-
 def beta_flags(config: Config, beta: torch.Tensor) -> int:
     """kda_fwd_chunk's / kda_bwd_chunk's beta_flags: the in-kernel sigmoid, and beta (and dbeta)
     in bf16; the programs read beta and write dbeta in its own dtype."""
@@ -157,7 +151,7 @@ def _static(  # noqa: PLR0913
         ("Qg", (NC, H, CHUNK, K)),
         ("Kd", (NC, H, K, CHUNK)),  # transposed: the state pass reads Kd^T rows
         ("gl", (NC, H, K)),
-        ("G", kept((T, H, K)) if not bwd_forms_gamma(config) else None),
+        ("G", kept((T, H, K))),
         ("TA", kept((NC, H, CHUNK, CHUNK))),  # T, and Akk turned above it: one tile
         ("states", kept((NC, H, STATE_RECORD))),  # S_c in 16 bits: cake/state16.cuh
         ("R", kept((NC, H, 2 * CHUNK)) if fused else None),
@@ -178,7 +172,7 @@ def forward(  # noqa: ANN201
 ):  # noqa: ANN001
     """Launch the forward; returns (o, final state or None, saved or None). With keep, saved (a
     Carved workspace: `saved.ptr(name)` for launches, `saved[name]` a tensor view) holds what the
-    backward reads: G (Γ; not for gate = g with the fused L2 norm), Aqk, W, Qg, Kd, gl, TA (the chunk solve's T on and below the diagonal,
+    backward reads: G (Γ), Aqk, W, Qg, Kd, gl, TA (the chunk solve's T on and below the diagonal,
     Akk turned by 180 degrees above it), R (the L2 norms' reciprocals, fused L2 norm only), the state at each
     chunk's start ("states") and the segments' transitions ("M", split calls only).
     Without want_o (the backward's replay: keep only) the state pass is the program without O,
