@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:4c66ea26c95a8fbf292fbfab454e44c30c155231549c9c0dbc55d05d18e84d9a
+// identity: sha256:c70d6c0973c2c9feddc16103043c6e79cd17a0bfccdeb80ba4050c73cb633510
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -503,7 +503,6 @@ static_assert(SMEM_BYTES == 232192, "dynamic shared memory in the header comment
 // After X (phase 3) the v tile is dead; its 16 KB hold small fp32 scratch (float offsets):
 constexpr int SC_DGL = 0;      // [128]  dgl = rowsum_v(S_c * dS_end)
 constexpr int SC_COL = 128;    // [4][128] per row block: sum over rows < L-1 of Kd * dKd
-constexpr int SC_DOT = 640;    // [2][4][64] L2-norm row dots (q, k) per column quarter
 constexpr int SC_SEG = 1152;   // [4][128] reverse-cumsum segment totals
 constexpr int SC_BIAS = 1664;  // [4][128] ddt_bias segment partials
 constexpr int SC_DA = 2176;    // [16] dA_log warp partials
@@ -1443,64 +1442,41 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 }
             }
         }
-        // L2-norm row dots -> slots (dGamma is in RD already).
-        float pq0 = 0.f, pq1 = 0.f, pk0 = 0.f, pk1 = 0.f;
-        const int fe = fx<128>(i0, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-            if (kL2Norm) {
-                const float4 q4 = ldq_bf16_el(qs, be, ni), k4 = ldq_bf16_el(ks, be, ni);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = e < 2 ? i0 : i1;
-                    const float yq = g4(q4, e) * rq[i], yk = g4(k4, e) * rk[i];
-                    const float dqv = RC[fx_el(fe, ni, e)];
-                    const float dkv = DK[fx_el(fe, ni, e)];
-                    if (e < 2) { pq0 = fmaf(yq, dqv, pq0); pk0 = fmaf(yk, dkv, pk0); }
-                    else { pq1 = fmaf(yq, dqv, pq1); pk1 = fmaf(yk, dkv, pk1); }
-                }
-            }
-        }
-        if (kL2Norm) {
-#pragma unroll
-            for (int m = 1; m <= 2; m <<= 1) {
-                pq0 += __shfl_xor_sync(0xffffffffu, pq0, m);
-                pq1 += __shfl_xor_sync(0xffffffffu, pq1, m);
-                pk0 += __shfl_xor_sync(0xffffffffu, pk0, m);
-                pk1 += __shfl_xor_sync(0xffffffffu, pk1, m);
-            }
-            if (t == 0) {
-                sc[SC_DOT + 64 * cq + i0] = pq0;
-                sc[SC_DOT + 64 * cq + i1] = pq1;
-                sc[SC_DOT + 256 + 64 * cq + i0] = pk0;
-                sc[SC_DOT + 256 + 64 * cq + i1] = pk1;
-            }
-        }
-        __syncthreads();
         // dq, dk (through the L2 norm: r (dy - y (y . dy))), bf16, row by row: task = (row i, four
         // columns 4 u .. 4 u + 3), a warp one whole row (32 conflict-free 16-byte reads of RC and
         // of DK, two 256-byte runs of stores) where each thread's 2 x 2-column pieces of 8 rows had
         // each warp store 16 bytes into 8 rows at a time. The same operations on each element.
+        // The norm's row dots y . dy are the warp's: its 4-element partials summed by a butterfly
+        // (every lane the same bits), not a pass of their own through shared-memory slots and a
+        // barrier (docs/notes.md, session 30).
         // task m's row warp + 16 m keeps row warp's swizzles: its offsets are + 2048 m
         const int fw = fx<128>(warp, 4 * lane), bw = cake_at_bf16(warp, lane);
 #pragma unroll
         for (int m = 0; m < 4; ++m) {
             const int task = tid + 512 * m, i = task >> 5, u = task & 31;
-            if (i >= L) continue;
-            float dotq = 0.f, dotk = 0.f;
-            if (kL2Norm) {
-                dotq = ((sc[SC_DOT + i] + sc[SC_DOT + 64 + i]) + sc[SC_DOT + 128 + i]) + sc[SC_DOT + 192 + i];
-                dotk = ((sc[SC_DOT + 256 + i] + sc[SC_DOT + 320 + i]) + sc[SC_DOT + 384 + i]) + sc[SC_DOT + 448 + i];
-            }
+            if (i >= L) continue;  // warp-uniform: i is the warp's row
             const float4 dq4 = ldf4(RC, fw + 2048 * m), dk4 = ldf4(DK, fw + 2048 * m);
             float a[4] = {dq4.x, dq4.y, dq4.z, dq4.w}, b[4] = {dk4.x, dk4.y, dk4.z, dk4.w};
             if (kL2Norm) {
                 const float r_q = rq[i], r_k = rk[i];
                 const float4 y4 = cake_ld4_bf16_at(qs, bw + 2048 * m), z4 = cake_ld4_bf16_at(ks, bw + 2048 * m);
+                float yq[4], yk[4], dotq = 0.f, dotk = 0.f;
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    a[e] = r_q * (a[e] - g4(y4, e) * r_q * dotq);
-                    b[e] = r_k * (b[e] - g4(z4, e) * r_k * dotk);
+                    yq[e] = g4(y4, e) * r_q;
+                    yk[e] = g4(z4, e) * r_k;
+                    dotq = fmaf(yq[e], a[e], dotq);
+                    dotk = fmaf(yk[e], b[e], dotk);
+                }
+#pragma unroll
+                for (int x = 1; x < 32; x <<= 1) {
+                    dotq += __shfl_xor_sync(0xffffffffu, dotq, x);
+                    dotk += __shfl_xor_sync(0xffffffffu, dotk, x);
+                }
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    a[e] = r_q * (a[e] - yq[e] * dotq);
+                    b[e] = r_k * (b[e] - yk[e] * dotk);
                 }
             }
             const long long o = in_base + (long long)i * tok_stride + 4 * u;
@@ -1512,6 +1488,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             if (beta_flags & CAKE_BETA_SIGMOID) s *= bs[tid] * (1.f - bs[tid]);
             cake_store_beta(dbeta_out, (long long)(t0 + tid) * H + h, s, beta_flags);
         }
+        __syncthreads();  // the chunk-end row of RD written
         // Reverse cumsum of dGamma over the valid rows: column d, segment sg = rows 16 sg..16 sg+15;
         // local suffix sums, then the totals of the later segments in fixed order. The 16 loads go
         // first (rows past L too: in the tile, unused) and the sums stay in registers for the dx
