@@ -445,6 +445,44 @@ _WSPLIT = _WQ_STORES + [
         "cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 160)",
     ),
 ]
+# What the fused L2 norm adds to kda_fwd_chunk (not sized yet): the norms themselves (nonorm: the
+# warp butterflies over q's and k's rows; rq / rk left as they are), their products with q and k
+# in every phase (norq: rq = rk = 1), and R_out's stores (nor)
+_FUSED_FWD = {
+    "nonorm": [
+        (
+            "    if (kL2Norm) {\n        // One warp per row",
+            "    if (kL2Norm && H < 0) {\n        // One warp per row",
+        )
+    ],
+    "norq": [
+        (
+            "const float rqa = kL2Norm ? rq[ia] : 1.f, rqb = kL2Norm ? rq[ib] : 1.f;",
+            "const float rqa = 1.f, rqb = 1.f;",
+        ),
+        (
+            "const float rka = kL2Norm ? rk[ia] : 1.f, rkb = kL2Norm ? rk[ib] : 1.f;",
+            "const float rka = 1.f, rkb = 1.f;",
+        ),
+        (
+            "const float rja = kL2Norm ? rk[ja] : 1.f, rjb = kL2Norm ? rk[jb] : 1.f;",
+            "const float rja = 1.f, rjb = 1.f;",
+        ),
+        ("const float m = kL2Norm ? scale * rq[r] : scale;", "const float m = scale;"),
+        ("cake_ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);", "cake_ld1_bf16(ks, r, d);"),
+        ("mw = kL2Norm ? mu * rk[tok] : mu;", "mw = mu;"),
+        (
+            "if (kL2Norm) {\n                    const float rn = rk[",
+            "if (false) {\n                    const float rn = rk[",
+        ),
+        (
+            "if (kL2Norm) {\n                    const float rnq = rq[",
+            "if (false) {\n                    const float rnq = rq[",
+        ),
+    ],
+    "nor": [("if (kL2Norm && R_out != nullptr && tid < 128)", "if (false)")],
+}
+
 ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
         "halfqa": _STATE_QA,
@@ -591,6 +629,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
         "nota": [("if (TA_out != nullptr) {", "if (false) {")],
     },
+    "fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a": _FUSED_FWD,
+    "fwd_chunk.gate-g.l2n-fused.sm_90a": _FUSED_FWD,
     "fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a": {
         **FWD_CHUNK_STORES,
         "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
