@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:28cdee0d30c3c68c274553dc19a27c43ab8510e488f488ff6e1e89cdca23f297
+// identity: sha256:1b169ef0734d1379385b763c937a1c8b6b94aff8023253b44d61334bf4189dbe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -503,7 +503,7 @@ static_assert(SMEM_BYTES == 232192, "dynamic shared memory in the header comment
 // After X (phase 3) the v tile is dead; its 16 KB hold small fp32 scratch (float offsets):
 constexpr int SC_DGL = 0;      // [128]  dgl = rowsum_v(S_c * dS_end)
 constexpr int SC_COL = 128;    // [4][128] per row block: sum over rows < L-1 of Kd * dKd
-constexpr int SC_SEG = 1152;   // [4][128] reverse-cumsum segment totals
+constexpr int SC_SEG = 1152;   // [4][128] reverse-cumsum segment totals ([640, 1152) unused)
 constexpr int SC_BIAS = 1664;  // [4][128] ddt_bias segment partials
 constexpr int SC_DA = 2176;    // [16] dA_log warp partials
 

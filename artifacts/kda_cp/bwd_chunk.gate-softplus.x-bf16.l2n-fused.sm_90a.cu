@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:8691855383554e6f45fb97b474f2c08b803408f689a7e8a8e6a5f6731676f44b
+// identity: sha256:3a3bff8ba105bf47992a09227238139b5a4b00062741de557931bc3ee70af6fc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -608,7 +608,7 @@ static_assert(SMEM_BYTES == 232192, "dynamic shared memory in the header comment
 // After X (phase 3) the v tile is dead; its 16 KB hold small fp32 scratch (float offsets):
 constexpr int SC_DGL = 0;      // [128]  dgl = rowsum_v(S_c * dS_end)
 constexpr int SC_COL = 128;    // [4][128] per row block: sum over rows < L-1 of Kd * dKd
-constexpr int SC_SEG = 1152;   // [4][128] reverse-cumsum segment totals
+constexpr int SC_SEG = 1152;   // [4][128] reverse-cumsum segment totals ([640, 1152) unused)
 constexpr int SC_BIAS = 1664;  // [4][128] ddt_bias segment partials
 constexpr int SC_DA = 2176;    // [16] dA_log warp partials
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:00fa4ddd6dbef7f8a40c2860a4dc2b0496ea931f7947ab184eafe43d464be4d3
+// identity: sha256:13eff7bb2a791665f79e1cc7a5aacdf462012f742b18ccc1d2a2d650e286bdb2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -503,7 +503,7 @@ static_assert(SMEM_BYTES == 232192, "dynamic shared memory in the header comment
 // After X (phase 3) the v tile is dead; its 16 KB hold small fp32 scratch (float offsets):
 constexpr int SC_DGL = 0;      // [128]  dgl = rowsum_v(S_c * dS_end)
 constexpr int SC_COL = 128;    // [4][128] per row block: sum over rows < L-1 of Kd * dKd
-constexpr int SC_SEG = 1152;   // [4][128] reverse-cumsum segment totals
+constexpr int SC_SEG = 1152;   // [4][128] reverse-cumsum segment totals ([640, 1152) unused)
 constexpr int SC_BIAS = 1664;  // [4][128] ddt_bias segment partials
 constexpr int SC_DA = 2176;    // [16] dA_log warp partials
 
