@@ -269,8 +269,7 @@ BWD_FEW_WAITS = _every_fourth(
 
 
 # What the raw gates add to kda_bwd_chunk: the epilogue's dx / dA_log / ddt_bias work (nodx: dg
-# stored as the g form stores it), and the activation inside the Gamma the fused programs form
-# (nogact: the log gate taken as the input itself)
+# stored as the g form stores it)
 _NO_DX = [
     (
         "                if (ok) store_dx(p, dx);\n"

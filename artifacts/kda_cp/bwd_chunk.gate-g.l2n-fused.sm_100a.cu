@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:6414b66e1e700af008e0a2d5ca1721fd69c7529290ceb1d006f4c8b14725d3e5
+// identity: sha256:faf2872b0d9b8c91e1b882dde4087c9258a610df15c863a3357c716bb0a2b3d3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:c472041de3adba9a03f90afd684919bff9b0262dd971ba47de6bb2c5c485dc8b
+// identity: sha256:61369a69932b4266ed29b687ce895bfdfda7b83ccc68445d9cf9e3a99dd837cc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:9b4e09de19e8b70b9316468c3f989b8cf038a0121b5ab8314b2a6c3b72f4b9da
+// identity: sha256:af16859fcda438f72465aa8ac9394e2f8da7ffe38f2a5f17191ae238ed1c6d4b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

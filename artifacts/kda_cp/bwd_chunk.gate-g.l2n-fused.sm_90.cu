@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:d351084d432e9b69819fb9fbe6cee40be0bf9a522c520169aa4b085d1430eb75
+// identity: sha256:56667c84dd539612119ace953f25093750300965c6d6c1afd1695e4c3b3dd406
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

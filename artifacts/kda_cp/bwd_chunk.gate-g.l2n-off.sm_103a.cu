@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:026c30efd80d5bc73c994aeb39bcff7969a1953f02eb2014f2082a5cf3808e22
+// identity: sha256:56313aedd97ad850c02151b39d831fe1465b50a938a4675fab384e9ccbf6d49a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

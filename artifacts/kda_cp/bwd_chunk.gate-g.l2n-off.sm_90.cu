@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:723ebaff0fada8f8943938172085b779fa16dadc009c59d02f51530ffdd23c7e
+// identity: sha256:c12599b3e0addf36bbc1c8dc985ab67bbeec616f0405b77d19f0b61036b13eb0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

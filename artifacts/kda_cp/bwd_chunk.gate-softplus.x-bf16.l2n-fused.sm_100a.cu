@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:55a19121ddf5a44f3561676f053d7acb8ac8a94d8d3f1d0877d30f3c03f60a9c
+// identity: sha256:2916f5a1ef377102cd813594cc0788d791133b1ace6d6bad06eb5dd9396838ef
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

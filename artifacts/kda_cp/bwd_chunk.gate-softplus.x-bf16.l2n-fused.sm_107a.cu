@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:e58d102ecb436be556e4bd198a4438d2eb8d09cf6b972a203f0bb53b80a49798
+// identity: sha256:ff2ee19862677bccc6de0721769c9982eb1efe5b3c662c3e99d5f5e1cf1c72b8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:c2235d3b6bbe3ba424f4e5b82e66720bd84d6385a8f42e42469de5f00ef42bcb
+// identity: sha256:30fa69e95ef2dd00d1e44d537d077d18ff1b30bc77a66ec5954c7ccb4eab0dca
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

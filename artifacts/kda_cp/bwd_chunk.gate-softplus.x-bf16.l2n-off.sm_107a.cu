@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:35acb091d040bb2b140c6f8ec4ffaf4f3c0c354ea4e93c7b004c8fba5203ad0c
+// identity: sha256:8acad1f3e2a1ad7fc7948e69d6f67140556ae8d5dc35f613afbdd307699a61a2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

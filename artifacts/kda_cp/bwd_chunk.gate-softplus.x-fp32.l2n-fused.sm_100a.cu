@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:44cddc2f4e0f0a66ac2a05a8bba5b7e678547c10e98c87eb4dd66969e180f03c
+// identity: sha256:d63ac5fb9b43ed9b30cd3945c26ff9dfb7b184d7e32bf231510d39d69cfd43ba
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:b559bf0199dffae11d5d028831b4171991366519e0fd9a0a38033bfaa4870c54
+// identity: sha256:53ad6cc5a85edde9622db7a52f1cc9e2a9d7d33afd6a80ad5e0487bc63b23295
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

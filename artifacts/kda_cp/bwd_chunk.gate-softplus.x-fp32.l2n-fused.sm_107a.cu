@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:7a0bb2b9b2aa949e0ea14d715cd9ca0167fbd4b498ca7cebac0823c3c80503fc
+// identity: sha256:1df3f9e58045df942cb1c2a5764cb63a9a2057dd0e7566ce3157021c2fd9ce67
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

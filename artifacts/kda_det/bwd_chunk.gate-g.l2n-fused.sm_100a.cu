@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:bb09a899000030956e53e6081d9a0816f463eb2424251e6e31360995db0049e3
+// identity: sha256:fd777076f1093832e51e905d182faf8310009e85a991af520acad6785be0b2af
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

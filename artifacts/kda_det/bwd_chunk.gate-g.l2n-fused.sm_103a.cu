@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:009058beb8d1a4ae159018c0d8300052ba741511fa9ea2912a33360af52de6fc
+// identity: sha256:471d5e151f2affb167aedc65465505ad249d11b329c65c9e6b477beb8c04d366
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:792c0cd4fc4f024f1a4f08726c26383de6758b67d8f20216997c11731b73ef10
+// identity: sha256:c8a2e91ac7e380bf5bfa34f1ce15849f3a5d6a237523d790a0db490749bcc004
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:84e951e6f1decc0e455bbd6bc8eaaf3f616c5ae596baab574b857833b17f4eda
+// identity: sha256:8cdd591dabbdba8271e4efb217b5d0bc89663114b6b9b8ef14e51065eb0a5ee4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:5ec29758e2f634c9390b6673d67713877c3526e9c54c313b01e540852c683461
+// identity: sha256:077c69844c25408d2ed39f0b35ffedfdfdf804c36c0c519b835e2a4e73a15e66
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

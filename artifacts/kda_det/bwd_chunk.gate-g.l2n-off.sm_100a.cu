@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:244cd0d78fbe1b86855086e9533931dba1faef9d8d513756a1560a43abbc2d64
+// identity: sha256:fbcd96236a1fb33e0888e95709b4a5e6bda35be3cce1477a51b757f3337720e7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:170c633f57cf565ffa876c54b8b9f9871670492377f2b87a68852d9683eac55f
+// identity: sha256:3bbdbb5552bc62fff9f3236502f89dc33e2a8fe6c5711d9935e0dd08682107ce
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

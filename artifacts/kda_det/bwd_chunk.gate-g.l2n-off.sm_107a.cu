@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:7cffdb6043e5986aa6b987172f943e7fc7998f0e6bd5bb7bd88223af02ef20c7
+// identity: sha256:5b5d4d945ef987fbbdb8dcc45445213f400348e95a8ee6d472d14280ef1b2b06
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:981bb534bdbdc62593841e7d877f3de185da9fdb5cdfc08661864a2fa80fb2ba
+// identity: sha256:50992a7e224276e94e492a31e0360de0e0f87e69300583991eead0ba7dc6a195
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:888376908f9cac555156e2484b206fd2807cede99817aa43cac6fbc0dfd9a6cb
+// identity: sha256:8271af8271c7e53077152e2cdd0e2f5c488ca610779978f5c6b108d33ba8cc3d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

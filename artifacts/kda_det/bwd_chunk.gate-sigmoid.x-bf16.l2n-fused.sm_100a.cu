@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a
-// identity: sha256:13009ec52f5cdba050f26151b63a46903d2e58fbe9ad20fefcd3561b6c5ce2a7
+// identity: sha256:99c00d5aa504275ded1f0f2df656f84ef24274e4747ef5a4f67f01ff643347a8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

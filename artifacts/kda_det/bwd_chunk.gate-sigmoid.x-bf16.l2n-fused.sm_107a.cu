@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a
-// identity: sha256:341d76380d4bd8f6eb2c52dedc1b800e4dfa065c044b28e682988f63622bbcf2
+// identity: sha256:30c40c6bd4d62f628f1b8d2e862cad5314923b7ea950af272d4f7e53c2d70ac8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

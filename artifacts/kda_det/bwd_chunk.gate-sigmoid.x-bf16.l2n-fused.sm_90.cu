@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:aec8c69044ba5a430ba02fc9a57f00ee1ada2a685eb1680d9427cb4d9fcc8816
+// identity: sha256:d3b1b35075cfe51e40442bd7d77e417bd6a976bb580df459b7cf98916e445858
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

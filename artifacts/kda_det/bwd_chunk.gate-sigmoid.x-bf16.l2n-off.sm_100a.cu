@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:5dfd91f4d07fa1bce8a18f85a92d10975a33c406be43fb1ca61cbc7d3e0733ca
+// identity: sha256:5ec71594adcd07fe3b81fdf3015fb66847a1aea0e5d0c0cc9f279ca650e20da6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a
-// identity: sha256:887a2ee9276260f1a55e487fbba04265e750f8a6c63235b9dc5fc7337ebf87fc
+// identity: sha256:60585fb54cd1ee19e060ee0672fbd96cce23da1429dedf10dccbe9230cf3fb15
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

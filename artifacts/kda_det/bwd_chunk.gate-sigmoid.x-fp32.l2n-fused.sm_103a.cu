@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a
-// identity: sha256:998eb17ff72045ab1f8614df9ac1856f75ea0666a359aff90b81c41e032b0d9f
+// identity: sha256:26bbb06a44a10862ad842f62338c9b7503a8e0f2b3b7de3ba9b95d23e2c39c30
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:d3156545c61f5b5a1c81233a5770f60373dd4fa1be4d2ad516b2ff0bd562e3da
+// identity: sha256:012c9ca5883c50fc43273bb61f9dff9c01629b36cc55a0e9e00615c53913cb8c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:fff7dd4504c77bebe0b402e7b8136205410696ddf5e6917cacf55037b1eee7e4
+// identity: sha256:08bd5667b54646865ad74d67e47ba9c69750bfe2f6c0f97ab773fc0b19592a5c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

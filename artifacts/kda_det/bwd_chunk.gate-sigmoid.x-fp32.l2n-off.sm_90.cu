@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:8a9f4427a4ebedf2e4d22f0f620a452b44a4fc1ce7bc46bc6f8a85918ec99b7d
+// identity: sha256:eb006ceb3c9d17abf8015e80ea754fd2e971744076691b73a6c240cb18a171bb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:870b0f85188fa05632a37a2bffc1856a057ade2e69cd2fa691bcbe206e0d6bb0
+// identity: sha256:35379ae5007e093fdabb2c3a19670b42ca0191442b0cbc858d72151896a10cae
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

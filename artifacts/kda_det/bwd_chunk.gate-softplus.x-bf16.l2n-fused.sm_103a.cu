@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:1d1409dbf44cc2aa3c0f6da284eda21fc586251d0b7d5858395a7edaff5aba92
+// identity: sha256:90d1dd0926992d36f7f0a8ed14ea7fa492c803e09488dc7077f3691e23c993ab
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:c066ca0a5411e244dd503721003422afd0aafc2d8f924f60ec3e440854086c70
+// identity: sha256:9e14987c14f56aa1ab9fb1b03bcaece1420fa07aa8f59d24e5495242ca92a536
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

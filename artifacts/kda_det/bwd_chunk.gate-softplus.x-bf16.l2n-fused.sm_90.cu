@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:2c57c8580c6a8900457294717d7f1bbbcb40e8121e9261c524b0489bbed4b0bc
+// identity: sha256:b6ef94bfe48cac970e1f1d7a2eddb306a5cfa2e99a792d277d4c19e83403048e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:f251ed6fb1e3de1c6544f738d478339afa4e121694610f1262a83b725f13d935
+// identity: sha256:7e8bd90990fd9efca2171fbc180a846a2d5f70fbc71bcda4b1e6ddcb6aa366f2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

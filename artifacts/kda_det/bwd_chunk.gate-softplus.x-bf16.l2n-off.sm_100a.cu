@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:7b9209d8f45bc9ed185198f7189d75c490856c3d0c065f285126f3e6bb685549
+// identity: sha256:fef8e4d35544f0caad9a40f980e9da6e37611eb307d8fd676a577f36340299b6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:b15583ad152835b98a6223f725dc38dc2cc8b4275cc092e0b603dcec3c1b8800
+// identity: sha256:17c6208bbbae610b4594470f16c35d254ee1a8a73b73baf419e2cb131f08ae92
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:f70941c8f1f329722ec6d3103fd8449f5bb7bb10748e1f584b471e659283779a
+// identity: sha256:a2edd1646f25cbd8c9ddb213af603a30dd9e7090db4e8fdc502e88920fc2fabb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:499d085fe30137bd52b0aafa1bd393ae1bf46ee543c49e4814dd129721113548
+// identity: sha256:2dfa36d4251ed46d8e59c835578452ac0d95abe941e519ff29df9493c9d8dc46
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

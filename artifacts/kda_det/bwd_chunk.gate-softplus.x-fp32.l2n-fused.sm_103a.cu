@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:1499e5d03397330e9c9829c2a8ca20bce733bd7fd8bf57cf2bb9ef11ca83a768
+// identity: sha256:785f45c0e6a024f0d7d2404b8044fc448232329057cc434053ec78d33f7dcfee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

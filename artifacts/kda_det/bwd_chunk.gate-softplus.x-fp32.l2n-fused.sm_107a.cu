@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:a612ffb34ddc2ba7fb4e5215f7a86730d69f184f2e5a08b343ee41cf8a2d9186
+// identity: sha256:eb36c3f0a8f6c0bdc32826d9bc44b8af2e1adbb2ddb37c740b7ce0643a561a47
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:13eff7bb2a791665f79e1cc7a5aacdf462012f742b18ccc1d2a2d650e286bdb2
+// identity: sha256:f05aecdf0948e537051439529a7e49268c10f1fb7a5cf1bac5e2926e34e9fc31
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

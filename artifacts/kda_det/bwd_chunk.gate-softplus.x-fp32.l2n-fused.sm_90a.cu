@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:e09c5d3d10430783a203b99c933dc6087ba3459fd2a5ba8151a4f3f8ec4b4d10
+// identity: sha256:04bf05f7188aebec045de0df2e23d4d1cc3b9e3d29d58f4bb830485a79b88274
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:d7248f152b3d67018d3c67bc8203a08bef7fb145cad309ac97964201e018d341
+// identity: sha256:e36d953f4f714623bbb917936da2c5a8e478aee3eea8adb0644d7ad8fb895a9a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:f6c33293b620172cc259ef42be30973b9d3bc43acf36bcee3ae51be027318f5f
+// identity: sha256:e4135beff2b4eeaaa9f0c4436f20077b7c4bd93abb4a7686a0bd8125eafc862b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:5f54f1a6753a6b2641a9cbd65e958286f41d26b4ff01ef07523c2639e9b0c8f5
+// identity: sha256:6a617970bbdddab76875e9bdc024060f925e878ae261d0ccc51ee0850e9e172e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
