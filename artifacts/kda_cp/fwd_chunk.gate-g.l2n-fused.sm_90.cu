@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:17fd4e306a41a86e7f40122c03adc69be2ffcac6aca8645682c0a62084ea5d15
+// identity: sha256:cf1f0341ff2cb1cf00d4afef719c1d1eba6a1d545628351a7f9b617808d60bf4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -428,29 +428,28 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         }
     }
     if (kL2Norm) {
-        // One warp per row, fixed butterfly order: the norms are bitwise reproducible. Four rows
-        // at a time, so the four shuffle chains overlap.
-#pragma unroll 1
-        for (int r4 = warp; r4 < 128; r4 += 32) {
-            float ss[4];
+        // One warp per row, fixed butterfly order: the norms are bitwise reproducible. A warp's 16
+        // rows (warp + 8 j, j = 0..15) are summed together, so their shuffle chains overlap, and
+        // lane j then takes row j's reciprocal: the 16 IEEE square roots and divisions run side by
+        // side (on lane 0, one after another, they were most of the norm's cost).
+        float ss[16];
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int rr = r4 + 8 * u;
-                float xv[4];
-                ld4_bf16(rr < 64 ? qs : ks, rr & 63, lane, xv);
-                ss[u] = xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3];
-            }
+        for (int j = 0; j < 16; ++j) {
+            const int rr = warp + 8 * j;
+            float xv[4];
+            ld4_bf16(rr < 64 ? qs : ks, rr & 63, lane, xv);
+            ss[j] = xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3];
+        }
 #pragma unroll
-            for (int m = 16; m >= 1; m >>= 1)
+        for (int m = 16; m >= 1; m >>= 1)
 #pragma unroll
-                for (int u = 0; u < 4; ++u) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], m);
-            if (lane == 0) {
+            for (int j = 0; j < 16; ++j) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], m);
+        float mine = ss[0];
 #pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    const int rr = r4 + 8 * u;
-                    (rr < 64 ? rq : rk)[rr & 63] = 1.0f / sqrtf(ss[u] + 1e-6f);
-                }
-            }
+        for (int j = 1; j < 16; ++j) mine = lane == j ? ss[j] : mine;
+        if (lane < 16) {
+            const int rr = warp + 8 * lane;
+            (rr < 64 ? rq : rk)[rr & 63] = 1.0f / sqrtf(mine + 1e-6f);
         }
     }
     __syncthreads();
