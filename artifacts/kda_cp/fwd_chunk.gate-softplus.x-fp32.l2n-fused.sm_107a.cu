@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:b39951e7a04ff673e4a4c6a402e8eaf0294ff1cadbf513da782c89789eb5fafc
+// identity: sha256:3a8334a6e89f38801d3d54401532ff244b31296249b3e809f4574e23c4db5ae6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -235,6 +235,28 @@ __device__ __forceinline__ void cake_st_global_v4(float* p, float4 v) {
     asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 }
 // ---- end cake/store.cuh ----
+// ---- begin cake/warp_halve.cuh ----
+// Sums over lanes by recursive halving. A lane holds 2 N values; at partner lane ^ B it sends the
+// half that the partner keeps (the upper half when its own bit B is clear, the lower when set) and
+// adds the partner's copy of the half it keeps, which then lies in v[0 .. N). Each value meets the
+// same partner as in a butterfly over the same lane bits, in the same order, so every sum has the
+// bits of that butterfly. Halving 2 N values down to one takes N + N / 2 + ... + 1 = 2 N - 1 SHFL,
+// where butterflies over the same levels take 2 N each (SHFL issues at one warp instruction a
+// clock an SM).
+// After levels at bits B1, B2, ... a lane keeps the value whose index has, from its top bit down,
+// the lane's bits B1, B2, ...
+template <int N, int B, int M>
+__device__ __forceinline__ void cake_halve(float (&v)[M], int lane) {
+    static_assert(2 * N <= M, "cake_halve: the lane holds 2 N values");
+    const bool up = lane & B;
+#pragma unroll
+    for (int x = 0; x < N; ++x) {
+        const float send = up ? v[x] : v[x + N];
+        const float keep = up ? v[x + N] : v[x];
+        v[x] = keep + __shfl_xor_sync(0xffffffffu, send, B);
+    }
+}
+// ---- end cake/warp_halve.cuh ----
 
 namespace {
 
@@ -416,10 +438,11 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         }
     }
     if (kL2Norm) {
-        // One warp per row, fixed butterfly order: the norms are bitwise reproducible. A warp's 16
-        // rows (warp + 8 j, j = 0..15) are summed together, so their shuffle chains overlap, and
-        // lane j then takes row j's reciprocal: the 16 IEEE square roots and divisions run side by
-        // side (on lane 0, one after another, they were most of the norm's cost).
+        // One warp per row, a fixed order: the norms are bitwise reproducible. A warp's 16 rows
+        // (warp + 8 j) are summed together by halving (cake/warp_halve.cuh: a butterfly's bits in
+        // 16 SHFL, not 80, whose issue was the norm's cost: docs/notes.md, session 31); lanes 2 j
+        // and 2 j + 1 end with row j, and the even lanes take the 16 reciprocals side by side (on
+        // lane 0, one IEEE square root and division after another, they had been the larger cost).
         float ss[16];
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -428,16 +451,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             ld4_bf16(rr < 64 ? qs : ks, rr & 63, lane, xv);
             ss[j] = xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3];
         }
-#pragma unroll
-        for (int m = 16; m >= 1; m >>= 1)
-#pragma unroll
-            for (int j = 0; j < 16; ++j) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], m);
-        float mine = ss[0];
-#pragma unroll
-        for (int j = 1; j < 16; ++j) mine = lane == j ? ss[j] : mine;
-        if (lane < 16) {
-            const int rr = warp + 8 * lane;
-            (rr < 64 ? rq : rk)[rr & 63] = 1.0f / sqrtf(mine + 1e-6f);
+        cake_halve<8, 16>(ss, lane);
+        cake_halve<4, 8>(ss, lane);
+        cake_halve<2, 4>(ss, lane);
+        cake_halve<1, 2>(ss, lane);
+        ss[0] += __shfl_xor_sync(0xffffffffu, ss[0], 1);
+        if ((lane & 1) == 0) {
+            const int rr = warp + 8 * (lane >> 1);  // lane bits 4..1 name the row kept
+            (rr < 64 ? rq : rk)[rr & 63] = 1.0f / sqrtf(ss[0] + 1e-6f);
         }
     }
     __syncthreads();

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:9905cc3dba66c6c244b27ca9d736890975b7cd8febe6d2f7c3507595c601d54d
+// identity: sha256:2295b543144a479f52e7589cd6159e0ba71765b0e564682c5f558467a73760e1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -292,6 +292,28 @@ __device__ __forceinline__ int cake_opaque(int x) {
     return x;
 }
 // ---- end cake/opaque.cuh ----
+// ---- begin cake/warp_halve.cuh ----
+// Sums over lanes by recursive halving. A lane holds 2 N values; at partner lane ^ B it sends the
+// half that the partner keeps (the upper half when its own bit B is clear, the lower when set) and
+// adds the partner's copy of the half it keeps, which then lies in v[0 .. N). Each value meets the
+// same partner as in a butterfly over the same lane bits, in the same order, so every sum has the
+// bits of that butterfly. Halving 2 N values down to one takes N + N / 2 + ... + 1 = 2 N - 1 SHFL,
+// where butterflies over the same levels take 2 N each (SHFL issues at one warp instruction a
+// clock an SM).
+// After levels at bits B1, B2, ... a lane keeps the value whose index has, from its top bit down,
+// the lane's bits B1, B2, ...
+template <int N, int B, int M>
+__device__ __forceinline__ void cake_halve(float (&v)[M], int lane) {
+    static_assert(2 * N <= M, "cake_halve: the lane holds 2 N values");
+    const bool up = lane & B;
+#pragma unroll
+    for (int x = 0; x < N; ++x) {
+        const float send = up ? v[x] : v[x + N];
+        const float keep = up ? v[x + N] : v[x];
+        v[x] = keep + __shfl_xor_sync(0xffffffffu, send, B);
+    }
+}
+// ---- end cake/warp_halve.cuh ----
 
 namespace {
 
@@ -1023,9 +1045,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
         const int fe = fx<128>(i0, 32 * cq + 2 * t), fl = fx<128>(L - 1, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
+        float cs[8];  // cs[2 ni + x]: column 32 cq + 8 ni + 2 t + x's sum over this thread's rows
+#pragma unroll
+        for (int x = 0; x < 8; ++x) cs[x] = 0.f;
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            float cs[2] = {0.f, 0.f};
             const float4 q4 = ldq_bf16_el(qs, be, ni);
             const float4 k4 = ldq_bf16_el(ks, be, ni);
 #pragma unroll
@@ -1041,22 +1065,22 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 Dk[ni][e] += D;
                 if (i < L - 1) {
                     dgv -= xx;
-                    cs[e & 1] += xx;
+                    cs[2 * ni + (e & 1)] += xx;
                 }
                 RD[o] = dgv;
                 RC[o] = Dq[ni][e];  // dq's and dk's accumulators move to
                 DK[o] = Dk[ni][e];  // RC and DK for phases 6-7
             }
-#pragma unroll
-            for (int m = 4; m <= 16; m <<= 1) {
-                cs[0] += __shfl_xor_sync(0xffffffffu, cs[0], m);
-                cs[1] += __shfl_xor_sync(0xffffffffu, cs[1], m);
-            }
-            if (g == 0) {
-                const int d = 32 * cq + 8 * ni + 2 * t;
-                sc[SC_COL + 128 * rb + d] = cs[0];
-                sc[SC_COL + 128 * rb + d + 1] = cs[1];
-            }
+        }
+        // The 8 column sums over the warp's 8 g, halved at lane bits 2, 3, 4 (cake/warp_halve.cuh:
+        // a butterfly's bits in 7 SHFL, not 24); lane (g, t) ends with sum 4 (g & 1) + 2 ((g >> 1)
+        // & 1) + (g >> 2) and stores it.
+        cake_halve<4, 4>(cs, lane);
+        cake_halve<2, 8>(cs, lane);
+        cake_halve<1, 16>(cs, lane);
+        {
+            const int v = 4 * (g & 1) + 2 * ((g >> 1) & 1) + (g >> 2);
+            sc[SC_COL + 128 * rb + 32 * cq + 8 * (v >> 1) + 2 * t + (v & 1)] = cs[0];
         }
         // dbeta partials -> slots (this numbering's rows and columns; read after phase 6)
 #pragma unroll
@@ -1449,39 +1473,75 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // The norm's row dots y . dy are the warp's: its 4-element partials summed by a butterfly
         // (every lane the same bits), not a pass of their own through shared-memory slots and a
         // barrier (docs/notes.md, session 30).
-        // task m's row warp + 16 m keeps row warp's swizzles: its offsets are + 2048 m
+        // task m's row warp + 16 m keeps row warp's swizzles: its offsets are + 2048 m. kRows7 rows
+        // at a time, their butterflies side by side; rows past L are computed (on whatever their
+        // tiles hold: each row is its own warp's chain) and not stored, so no branch keeps the
+        // rows' shuffle chains apart (with a `continue` per row they ran one after another).
         const int fw = fx<128>(warp, 4 * lane), bw = cake_at_bf16(warp, lane);
+        constexpr int kRows7 = 4;
 #pragma unroll
-        for (int m = 0; m < 4; ++m) {
-            const int task = tid + 512 * m, i = task >> 5, u = task & 31;
-            if (i >= L) continue;  // warp-uniform: i is the warp's row
-            const float4 dq4 = ldf4(RC, fw + 2048 * m), dk4 = ldf4(DK, fw + 2048 * m);
-            float a[4] = {dq4.x, dq4.y, dq4.z, dq4.w}, b[4] = {dk4.x, dk4.y, dk4.z, dk4.w};
-            if (kL2Norm) {
-                const float r_q = rq[i], r_k = rk[i];
-                const float4 y4 = cake_ld4_bf16_at(qs, bw + 2048 * m), z4 = cake_ld4_bf16_at(ks, bw + 2048 * m);
-                float yq[4], yk[4], dotq = 0.f, dotk = 0.f;
+        for (int m0 = 0; m0 < 4; m0 += kRows7) {
+            float a[kRows7][4], b[kRows7][4];
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    yq[e] = g4(y4, e) * r_q;
-                    yk[e] = g4(z4, e) * r_k;
-                    dotq = fmaf(yq[e], a[e], dotq);
-                    dotk = fmaf(yk[e], b[e], dotk);
-                }
-#pragma unroll
-                for (int x = 1; x < 32; x <<= 1) {
-                    dotq += __shfl_xor_sync(0xffffffffu, dotq, x);
-                    dotk += __shfl_xor_sync(0xffffffffu, dotk, x);
-                }
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    a[e] = r_q * (a[e] - yq[e] * dotq);
-                    b[e] = r_k * (b[e] - yk[e] * dotk);
-                }
+            for (int mm = 0; mm < kRows7; ++mm) {
+                const float4 dq4 = ldf4(RC, fw + 2048 * (m0 + mm)), dk4 = ldf4(DK, fw + 2048 * (m0 + mm));
+                a[mm][0] = dq4.x; a[mm][1] = dq4.y; a[mm][2] = dq4.z; a[mm][3] = dq4.w;
+                b[mm][0] = dk4.x; b[mm][1] = dk4.y; b[mm][2] = dk4.z; b[mm][3] = dk4.w;
             }
-            const long long o = in_base + (long long)i * tok_stride + 4 * u;
-            *reinterpret_cast<uint2*>(dq_out + o) = make_uint2(cake_pack_bf16x2(a[0], a[1]), cake_pack_bf16x2(a[2], a[3]));
-            *reinterpret_cast<uint2*>(dk_out + o) = make_uint2(cake_pack_bf16x2(b[0], b[1]), cake_pack_bf16x2(b[2], b[3]));
+            if (kL2Norm) {
+                float yq[kRows7][4], yk[kRows7][4], dotq[kRows7], dotk[kRows7], r_q[kRows7], r_k[kRows7];
+#pragma unroll
+                for (int mm = 0; mm < kRows7; ++mm) {
+                    const int i = warp + 16 * (m0 + mm);
+                    r_q[mm] = rq[i];
+                    r_k[mm] = rk[i];
+                    const float4 y4 = cake_ld4_bf16_at(qs, bw + 2048 * (m0 + mm)), z4 = cake_ld4_bf16_at(ks, bw + 2048 * (m0 + mm));
+                    dotq[mm] = 0.f;
+                    dotk[mm] = 0.f;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        yq[mm][e] = g4(y4, e) * r_q[mm];
+                        yk[mm][e] = g4(z4, e) * r_k[mm];
+                        dotq[mm] = fmaf(yq[mm][e], a[mm][e], dotq[mm]);
+                        dotk[mm] = fmaf(yk[mm][e], b[mm][e], dotk[mm]);
+                    }
+                }
+                // The 8 dots over the warp: halved at lane bits 0, 1, 2 (cake/warp_halve.cuh: a
+                // butterfly's bits), the last two levels on the one sum left, then each dot from a
+                // lane that holds it: 17 SHFL, not 40.
+                static_assert(kRows7 == 4, "8 dots: three halving levels");
+                float dv[8];
+#pragma unroll
+                for (int mm = 0; mm < 4; ++mm) {
+                    dv[mm] = dotq[mm];
+                    dv[4 + mm] = dotk[mm];
+                }
+                cake_halve<4, 1>(dv, lane);
+                cake_halve<2, 2>(dv, lane);
+                cake_halve<1, 4>(dv, lane);
+                dv[0] += __shfl_xor_sync(0xffffffffu, dv[0], 8);
+                dv[0] += __shfl_xor_sync(0xffffffffu, dv[0], 16);
+#pragma unroll
+                for (int mm = 0; mm < 4; ++mm) {  // dot v is on lanes whose bits 0, 1, 2 are v's bits 2, 1, 0
+                    dotq[mm] = __shfl_sync(0xffffffffu, dv[0], 2 * (mm >> 1) + 4 * (mm & 1));
+                    dotk[mm] = __shfl_sync(0xffffffffu, dv[0], 2 * (mm >> 1) + 4 * (mm & 1) + 1);
+                }
+#pragma unroll
+                for (int mm = 0; mm < kRows7; ++mm)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        a[mm][e] = r_q[mm] * (a[mm][e] - yq[mm][e] * dotq[mm]);
+                        b[mm][e] = r_k[mm] * (b[mm][e] - yk[mm][e] * dotk[mm]);
+                    }
+            }
+#pragma unroll
+            for (int mm = 0; mm < kRows7; ++mm) {
+                const int i = warp + 16 * (m0 + mm);
+                if (i >= L) continue;  // warp-uniform: i is the warp's row
+                const long long o = in_base + (long long)i * tok_stride + 4 * lane;
+                *reinterpret_cast<uint2*>(dq_out + o) = make_uint2(cake_pack_bf16x2(a[mm][0], a[mm][1]), cake_pack_bf16x2(a[mm][2], a[mm][3]));
+                *reinterpret_cast<uint2*>(dk_out + o) = make_uint2(cake_pack_bf16x2(b[mm][0], b[mm][1]), cake_pack_bf16x2(b[mm][2], b[mm][3]));
+            }
         }
         if (tid < L) {
             float s = ((dbs[tid] + dbs[64 + tid]) + dbs[128 + tid]) + dbs[192 + tid];
