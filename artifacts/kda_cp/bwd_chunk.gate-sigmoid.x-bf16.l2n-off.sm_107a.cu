@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:58e121549975db8df1ee1a560b0ade0605906cf89b0bd4c1d20eb3ab82700e84
+// identity: sha256:622cd86b3684bce7bec1d5b5fea2a7be8125d724863ed6536a1d6b6e9ff7a7e5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1045,42 +1045,60 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         __syncthreads();  // every read of RD / RC (dS_end, Vn) done: RD takes dGamma
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
         const int fe = fx<128>(i0, 32 * cq + 2 * t), fl = fx<128>(L - 1, 32 * cq + 2 * t), be = bf_base(i0, cq, t);
-        float cs[8];  // cs[2 ni + x]: column 32 cq + 8 ni + 2 t + x's sum over this thread's rows
+        // The column sums of the chunk-end decay over the warp's 8 g: cs[2 n + x] is column 32 cq
+        // + 8 ni + 2 t + x (ni = kNi np + n) summed over this thread's rows. sm_90a: all 8 halved
+        // at lane bits 2, 3, 4 after the loop (cake/warp_halve.cuh: a butterfly's bits in 7 SHFL,
+        // not 24). The mma.sync programs keep one n-tile's butterflies a pass: 8 sums live across
+        // the loop spilled there (4-16 bytes), two passes of 4 as well.
+        constexpr int kNi = 1;
 #pragma unroll
-        for (int x = 0; x < 8; ++x) cs[x] = 0.f;
+        for (int np = 0; np < 4 / kNi; ++np) {
+            float cs[2 * kNi];
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-            const float4 q4 = ldq_bf16_el(qs, be, ni);
-            const float4 k4 = ldq_bf16_el(ks, be, ni);
+            for (int x = 0; x < 2 * kNi; ++x) cs[x] = 0.f;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = e < 2 ? i0 : i1, o = fx_el(fe, ni, e);
-                const float fd = cake_ex2(gs[fx_el(fl, ni, e & 1)] - gs[o]);
-                const float D = fd * acc[ni][e];
-                const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
-                const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
-                float dgv = 0.f;
-                dgv += qn * Dq[ni][e] + kn * Dk[ni][e];  // phase 3a's Qg dQg + Kg dKg
-                const float xx = kn * D;
-                Dk[ni][e] += D;
-                if (i < L - 1) {
-                    dgv -= xx;
-                    cs[2 * ni + (e & 1)] += xx;
+            for (int n = 0; n < kNi; ++n) {
+                const int ni = kNi * np + n;
+                const float4 q4 = ldq_bf16_el(qs, be, ni);
+                const float4 k4 = ldq_bf16_el(ks, be, ni);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = e < 2 ? i0 : i1, o = fx_el(fe, ni, e);
+                    const float fd = cake_ex2(gs[fx_el(fl, ni, e & 1)] - gs[o]);
+                    const float D = fd * acc[ni][e];
+                    const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
+                    const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
+                    float dgv = 0.f;
+                    dgv += qn * Dq[ni][e] + kn * Dk[ni][e];  // phase 3a's Qg dQg + Kg dKg
+                    const float xx = kn * D;
+                    Dk[ni][e] += D;
+                    if (i < L - 1) {
+                        dgv -= xx;
+                        cs[2 * n + (e & 1)] += xx;
+                    }
+                    RD[o] = dgv;
+                    RC[o] = Dq[ni][e];  // dq's and dk's accumulators move to
+                    DK[o] = Dk[ni][e];  // RC and DK for phases 6-7
                 }
-                RD[o] = dgv;
-                RC[o] = Dq[ni][e];  // dq's and dk's accumulators move to
-                DK[o] = Dk[ni][e];  // RC and DK for phases 6-7
             }
-        }
-        // The 8 column sums over the warp's 8 g, halved at lane bits 2, 3, 4 (cake/warp_halve.cuh:
-        // a butterfly's bits in 7 SHFL, not 24); lane (g, t) ends with sum 4 (g & 1) + 2 ((g >> 1)
-        // & 1) + (g >> 2) and stores it.
-        cake_halve<4, 4>(cs, lane);
-        cake_halve<2, 8>(cs, lane);
-        cake_halve<1, 16>(cs, lane);
-        {
-            const int v = 4 * (g & 1) + 2 * ((g >> 1) & 1) + (g >> 2);
-            sc[SC_COL + 128 * rb + 32 * cq + 8 * (v >> 1) + 2 * t + (v & 1)] = cs[0];
+            if constexpr (kNi == 4) {
+                // lane (g, t) ends with sum 4 (g & 1) + 2 ((g >> 1) & 1) + (g >> 2)
+                cake_halve<4, 4>(cs, lane);
+                cake_halve<2, 8>(cs, lane);
+                cake_halve<1, 16>(cs, lane);
+                const int v = 4 * (g & 1) + 2 * ((g >> 1) & 1) + (g >> 2);
+                sc[SC_COL + 128 * rb + 32 * cq + 8 * (v >> 1) + 2 * t + (v & 1)] = cs[0];
+            } else {
+#pragma unroll
+                for (int m = 4; m <= 16; m <<= 1) {
+                    cs[0] += __shfl_xor_sync(0xffffffffu, cs[0], m);
+                    cs[1] += __shfl_xor_sync(0xffffffffu, cs[1], m);
+                }
+                if (g == 0) {
+                    sc[SC_COL + 128 * rb + 32 * cq + 8 * np + 2 * t] = cs[0];
+                    sc[SC_COL + 128 * rb + 32 * cq + 8 * np + 2 * t + 1] = cs[1];
+                }
+            }
         }
         // dbeta partials -> slots (this numbering's rows and columns; read after phase 6)
 #pragma unroll

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:bfce7f885cf88159979d1d21be3059f789a97d8533279395ba74205d0171a8a4
+// identity: sha256:6149fcb63bb5f3590d65ea0955c750dcf0e6969c361445b66e731dd7204bbfe7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

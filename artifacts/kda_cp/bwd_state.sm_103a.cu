@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:6cdac7fa572fbe7da1477b36064e342dbe85ab5bab27cfa35dee4cc177fd2910
+// identity: sha256:0decf5be57b933376c4f00d07e0afc434b78a5799615c0aee756aa39831e9356
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

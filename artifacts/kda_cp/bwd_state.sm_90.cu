@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:801d55cbe222a4601f103de8b9ac6d06560a3026b1e4d4de29e3c92cf9e7b50e
+// identity: sha256:9b8cca43d417219b5d0d0578e9b5385be012243ffbb86f34e4db6f9ee92c8f9e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:c4f9aad894dbb2b9b62171758439fc7880f9406ce6e79d17c0f0055894ed9aed
+// identity: sha256:06a6db114eb8b888fbc7f4aea3b53323e1ee771115e488521f95bce942bcf3af
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -413,6 +413,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(St), vw, s), 1);
         }
         cake_wgmma_commit();
+        // Ks / As / Or are read into registers by the time the products issue (register A, dO
+        // converted): the next chunk's group A is copied while phase A runs, not after it.
+        __syncthreads();
+        if (i > 0) issue_a(ci - 1);
+        cake_cp_async_commit();
         cake_wgmma_wait<0>();
         {
             float* out = dVn + wsi * 8192 + vb * 64 + oV;
@@ -424,9 +429,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
                 Vt[((x & 1 ? vT1 : vT0) ^ hx(x)) + 256 * (x >> 2)] = -rtf32(acc[x]);
             }
         }
-        __syncthreads();  // every read of Ks / As / Or done
-        if (i > 0) issue_a(ci - 1);
-        cake_cp_async_commit();
         cake_cp_async_wait<1>();  // group B of this chunk
         cake_fence_proxy_async();  // -dVn^T -> wgmma's reads
         __syncthreads();
@@ -448,11 +450,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
         }
         cake_wgmma_commit();
-        cake_wgmma_wait<0>();
-        store_st();
-        __syncthreads();  // every read of Qs / Ws / Gs / Ot / Vt done
+        // Qs / Ws / Gs read (register A, S scaled): the next chunk's group B is copied while
+        // phase B runs (docs/notes.md, session 31: bwd_state -2.3..-4.1 %)
+        __syncthreads();
         if (i > 0) issue_b(ci - 1);
         cake_cp_async_commit();
+        cake_wgmma_wait<0>();
+        store_st();  // read by the next chunk's phase A after its fence and barriers
     }
     cake_cp_async_wait<0>();
     if (store_dh0) store_global(dh0 + state_base);

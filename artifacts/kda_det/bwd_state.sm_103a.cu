@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:da383466504e0b8d1e8d7958ffc23f215741815282955761e422ffc7cc8b1b4e
+// identity: sha256:ac8cfa3c64d6b34e4c5b9eacc8a80fe790da285bfc2529cd7ed360fa15bff9db
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
