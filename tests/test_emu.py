@@ -419,6 +419,43 @@ def test_missing_syncthreads_changes_bits_across_thread_orders():
     assert not torch.equal(outs[0][0], outs[1][0])
 
 
+F_FUSED = "fwd_chunk.gate-g.l2n-fused"
+HALVED_NORMS = """        cake_halve<8, 16>(ss, lane);
+        cake_halve<4, 8>(ss, lane);
+        cake_halve<2, 4>(ss, lane);
+        cake_halve<1, 2>(ss, lane);
+        ss[0] += __shfl_xor_sync(0xffffffffu, ss[0], 1);
+"""
+
+
+@needs_cxx
+@pytest.mark.parametrize(
+    "levels, same",
+    [
+        # the butterflies cake_halve replaced: every row summed at lane bits 4, 3, 2, 1, 0
+        ("for (int m = 16; m >= 1; m >>= 1)", True),
+        # the same pairs in the opposite order: another tree, other bits
+        ("for (int m = 1; m <= 16; m <<= 1)", False),
+    ],
+)
+def test_halved_row_norms_keep_the_butterflys_bits(levels, same):
+    """cake/warp_halve.cuh pairs the lanes of a butterfly in the butterfly's order, so the fused
+    kda_fwd_chunk's L2 norms (16 rows a warp, halved) have the bits of one butterfly per row;
+    a butterfly over the same lanes in another order is a different tree, which this inputs'
+    o tells apart (so the comparison can fail)."""
+    inp, _, _ = case_inputs(CASES["g-slow-fused"])
+    butterfly = (
+        "#pragma unroll\n"
+        f"        {levels}\n"
+        "#pragma unroll\n"
+        "            for (int j = 0; j < 16; ++j) ss[j] += __shfl_xor_sync(0xffffffffu, ss[j], m);\n"
+        "        for (int j = 1; j < 16; ++j) ss[0] = (lane >> 1) == j ? ss[j] : ss[0];\n"
+    )
+    shipped = forward_outputs(inp, EmuLoader())
+    planted = forward_outputs(inp, Mutated(F_FUSED, HALVED_NORMS, butterfly))
+    assert all(torch.equal(a, b) for a, b in zip(shipped, planted, strict=True)) is same
+
+
 @needs_cxx
 def test_missing_hand_off_wait_reads_poison():
     """kda_fwd_state (sm_90a): warpgroup 1 without its wait for warpgroup 0's copy of S^T (an
