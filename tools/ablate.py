@@ -444,9 +444,9 @@ _WSPLIT = _WQ_STORES + [
         "cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 160)",
     ),
 ]
-# What the fused L2 norm adds to kda_fwd_chunk (not sized yet): the norms themselves (nonorm: the
-# warp butterflies over q's and k's rows; rq / rk left as they are), their products with q and k
-# in every phase (norq: rq = rk = 1), and R_out's stores (nor)
+# What the fused L2 norm adds to kda_fwd_chunk (sized in session 31): the norms themselves (nonorm:
+# the warps' sums over q's and k's rows and the reciprocals; rq / rk left as they are), their
+# products with q and k in every phase (norq: rq = rk = 1), and R_out's stores (nor)
 _FUSED_FWD = {
     "nonorm": [
         (

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:c9bef7a34bce7f0ec3aec382a10ac835957a34fe6b1e597debb01d50f6ad22dd
+// identity: sha256:1f84a165a76f74b0160cd4cf197795976a3c40f94c9aadfb39712f7da9e1a5ec
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1490,75 +1490,65 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         // The norm's row dots y . dy are the warp's: its 4-element partials summed by a butterfly
         // (every lane the same bits), not a pass of their own through shared-memory slots and a
         // barrier (docs/notes.md, session 30).
-        // task m's row warp + 16 m keeps row warp's swizzles: its offsets are + 2048 m. kRows7 rows
-        // at a time, their butterflies side by side; rows past L are computed (on whatever their
-        // tiles hold: each row is its own warp's chain) and not stored, so no branch keeps the
-        // rows' shuffle chains apart (with a `continue` per row they ran one after another).
+        // Row m (0..3) of a warp is warp + 16 m, which keeps row warp's swizzles: its offsets are +
+        // 2048 m. The four rows go together, their dots reduced side by side; rows past L are
+        // computed (on whatever their tiles hold: each row is its own warp's chain) and not stored,
+        // so no branch keeps the rows' shuffle chains apart (with a `continue` per row they ran
+        // one after another).
         const int fw = fx<128>(warp, 4 * lane), bw = cake_at_bf16(warp, lane);
-        constexpr int kRows7 = 4;
+        float a[4][4], b[4][4];
 #pragma unroll
-        for (int m0 = 0; m0 < 4; m0 += kRows7) {
-            float a[kRows7][4], b[kRows7][4];
+        for (int m = 0; m < 4; ++m) {
+            const float4 dq4 = ldf4(RC, fw + 2048 * m), dk4 = ldf4(DK, fw + 2048 * m);
+            a[m][0] = dq4.x; a[m][1] = dq4.y; a[m][2] = dq4.z; a[m][3] = dq4.w;
+            b[m][0] = dk4.x; b[m][1] = dk4.y; b[m][2] = dk4.z; b[m][3] = dk4.w;
+        }
+        if (kL2Norm) {
+            // dot[m] = y_q . dy_q and dot[4 + m] = y_k . dy_k of row m, this lane's 4 columns
+            float yq[4][4], yk[4][4], dot[8], r_q[4], r_k[4];
 #pragma unroll
-            for (int mm = 0; mm < kRows7; ++mm) {
-                const float4 dq4 = ldf4(RC, fw + 2048 * (m0 + mm)), dk4 = ldf4(DK, fw + 2048 * (m0 + mm));
-                a[mm][0] = dq4.x; a[mm][1] = dq4.y; a[mm][2] = dq4.z; a[mm][3] = dq4.w;
-                b[mm][0] = dk4.x; b[mm][1] = dk4.y; b[mm][2] = dk4.z; b[mm][3] = dk4.w;
-            }
-            if (kL2Norm) {
-                float yq[kRows7][4], yk[kRows7][4], dotq[kRows7], dotk[kRows7], r_q[kRows7], r_k[kRows7];
+            for (int m = 0; m < 4; ++m) {
+                const int i = warp + 16 * m;
+                r_q[m] = rq[i];
+                r_k[m] = rk[i];
+                const float4 y4 = cake_ld4_bf16_at(qs, bw + 2048 * m), z4 = cake_ld4_bf16_at(ks, bw + 2048 * m);
+                dot[m] = 0.f;
+                dot[4 + m] = 0.f;
 #pragma unroll
-                for (int mm = 0; mm < kRows7; ++mm) {
-                    const int i = warp + 16 * (m0 + mm);
-                    r_q[mm] = rq[i];
-                    r_k[mm] = rk[i];
-                    const float4 y4 = cake_ld4_bf16_at(qs, bw + 2048 * (m0 + mm)), z4 = cake_ld4_bf16_at(ks, bw + 2048 * (m0 + mm));
-                    dotq[mm] = 0.f;
-                    dotk[mm] = 0.f;
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        yq[mm][e] = g4(y4, e) * r_q[mm];
-                        yk[mm][e] = g4(z4, e) * r_k[mm];
-                        dotq[mm] = fmaf(yq[mm][e], a[mm][e], dotq[mm]);
-                        dotk[mm] = fmaf(yk[mm][e], b[mm][e], dotk[mm]);
-                    }
+                for (int e = 0; e < 4; ++e) {
+                    yq[m][e] = g4(y4, e) * r_q[m];
+                    yk[m][e] = g4(z4, e) * r_k[m];
+                    dot[m] = fmaf(yq[m][e], a[m][e], dot[m]);
+                    dot[4 + m] = fmaf(yk[m][e], b[m][e], dot[4 + m]);
                 }
-                // The 8 dots over the warp: halved at lane bits 0, 1, 2 (cake/warp_halve.cuh: a
-                // butterfly's bits), the last two levels on the one sum left, then each dot from a
-                // lane that holds it: 17 SHFL, not 40.
-                static_assert(kRows7 == 4, "8 dots: three halving levels");
-                float dv[8];
-#pragma unroll
-                for (int mm = 0; mm < 4; ++mm) {
-                    dv[mm] = dotq[mm];
-                    dv[4 + mm] = dotk[mm];
-                }
-                cake_halve<4, 1>(dv, lane);
-                cake_halve<2, 2>(dv, lane);
-                cake_halve<1, 4>(dv, lane);
-                dv[0] += __shfl_xor_sync(0xffffffffu, dv[0], 8);
-                dv[0] += __shfl_xor_sync(0xffffffffu, dv[0], 16);
-#pragma unroll
-                for (int mm = 0; mm < 4; ++mm) {  // dot v is on lanes whose bits 0, 1, 2 are v's bits 2, 1, 0
-                    dotq[mm] = __shfl_sync(0xffffffffu, dv[0], 2 * (mm >> 1) + 4 * (mm & 1));
-                    dotk[mm] = __shfl_sync(0xffffffffu, dv[0], 2 * (mm >> 1) + 4 * (mm & 1) + 1);
-                }
-#pragma unroll
-                for (int mm = 0; mm < kRows7; ++mm)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        a[mm][e] = r_q[mm] * (a[mm][e] - yq[mm][e] * dotq[mm]);
-                        b[mm][e] = r_k[mm] * (b[mm][e] - yk[mm][e] * dotk[mm]);
-                    }
             }
+            // The 8 dots over the warp: halved at lane bits 0, 1, 2 (cake/warp_halve.cuh: a
+            // butterfly's bits), the last two levels on the one sum left, then each dot from a lane
+            // that holds it (dot v is on lanes whose bits 0, 1, 2 are v's bits 2, 1, 0): 17 SHFL,
+            // not 40.
+            cake_halve<4, 1>(dot, lane);
+            cake_halve<2, 2>(dot, lane);
+            cake_halve<1, 4>(dot, lane);
+            dot[0] += __shfl_xor_sync(0xffffffffu, dot[0], 8);
+            dot[0] += __shfl_xor_sync(0xffffffffu, dot[0], 16);
 #pragma unroll
-            for (int mm = 0; mm < kRows7; ++mm) {
-                const int i = warp + 16 * (m0 + mm);
-                if (i >= L) continue;  // warp-uniform: i is the warp's row
-                const long long o = in_base + (long long)i * tok_stride + 4 * lane;
-                *reinterpret_cast<uint2*>(dq_out + o) = make_uint2(cake_pack_bf16x2(a[mm][0], a[mm][1]), cake_pack_bf16x2(a[mm][2], a[mm][3]));
-                *reinterpret_cast<uint2*>(dk_out + o) = make_uint2(cake_pack_bf16x2(b[mm][0], b[mm][1]), cake_pack_bf16x2(b[mm][2], b[mm][3]));
+            for (int m = 0; m < 4; ++m) {
+                const int src = 2 * (m >> 1) + 4 * (m & 1);
+                const float dq_ = __shfl_sync(0xffffffffu, dot[0], src), dk_ = __shfl_sync(0xffffffffu, dot[0], src + 1);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    a[m][e] = r_q[m] * (a[m][e] - yq[m][e] * dq_);
+                    b[m][e] = r_k[m] * (b[m][e] - yk[m][e] * dk_);
+                }
             }
+        }
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            const int i = warp + 16 * m;
+            if (i >= L) continue;  // warp-uniform: i is the warp's row
+            const long long o = in_base + (long long)i * tok_stride + 4 * lane;
+            *reinterpret_cast<uint2*>(dq_out + o) = make_uint2(cake_pack_bf16x2(a[m][0], a[m][1]), cake_pack_bf16x2(a[m][2], a[m][3]));
+            *reinterpret_cast<uint2*>(dk_out + o) = make_uint2(cake_pack_bf16x2(b[m][0], b[m][1]), cake_pack_bf16x2(b[m][2], b[m][3]));
         }
         if (tid < L) {
             float s = ((dbs[tid] + dbs[64 + tid]) + dbs[128 + tid]) + dbs[192 + tid];
