@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:6149fcb63bb5f3590d65ea0955c750dcf0e6969c361445b66e731dd7204bbfe7
+// identity: sha256:32791cfb902a1e8d61d2e1e5fc56830a5d0ab8d99229b3a244c23eb53ada5ab4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:0decf5be57b933376c4f00d07e0afc434b78a5799615c0aee756aa39831e9356
+// identity: sha256:f535bf5cdba0cfd73e1960adb603ede19c557d9f20aefeae25b1c78b9db9748c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:9094aedfbaf344cbca1b44d1419ed3594aa3f474fd234473bc0c55322a62cabc
+// identity: sha256:c00eaab0d593d408a53fd7fb7b536cb075ad22cd25bc56457e68920a03255eea
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:9b8cca43d417219b5d0d0578e9b5385be012243ffbb86f34e4db6f9ee92c8f9e
+// identity: sha256:4f603b9a097723bdabcf950833eb0387340b0d1f758a9257b10c6e9d98d78bd6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:06a6db114eb8b888fbc7f4aea3b53323e1ee771115e488521f95bce942bcf3af
+// identity: sha256:076faf01e12700871df1ba1d9578f3d5045eaccd54f6d8add7155c0d2c68029a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -406,7 +406,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             afrag(As, 64, 0, s, a);
             cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(Ot), vw, s), s > 0);
         }
-#pragma unroll 4
+        // Fully unrolled: ptxas then loads each step's A fragment ahead of the wgmma before it
+        // (237 registers); unrolled by 4, each group's first wgmma waited on its gathers
+        // (docs/notes.md, session 32: kda_bwd_state -1.1..-1.5 %).
+#pragma unroll
         for (int s = 0; s < 16; ++s) {
             unsigned int a[4];
             afrag(Ks, 64, 0, s, a);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:481f059c69ee8f3022ab1cf3f3098415318817ed694547cbb8a8a81adae431a8
+// identity: sha256:34f6f0446381ea291439930012cd989077267fe85f84c043482b5f8b461c89ed
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

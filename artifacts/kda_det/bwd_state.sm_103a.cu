@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:ac8cfa3c64d6b34e4c5b9eacc8a80fe790da285bfc2529cd7ed360fa15bff9db
+// identity: sha256:bbeb9393475c8dc23c39c5db61ef30821db0bfb01b542758841af432cd0d7c9a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:9ecf383f525346af7004a6445585417e21e40ff460a8da5d65c7d83612285a0f
+// identity: sha256:8a78b648cffd216603fa444d01e75408719e7c33e2fd04a0be810d34ecdc6964
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

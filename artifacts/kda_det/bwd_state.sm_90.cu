@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:1ac2675ab1ca7144f3eabb2097ac46498ea5a305ede28f1b169ecce8c436d4ef
+// identity: sha256:5bce5f699ccfa3a1b09c58dce543b26a0ad234be152bc1581cade07208411720
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

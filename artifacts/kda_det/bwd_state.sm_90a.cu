@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:1c7a8b925f915c521c53d1756f086aacdc0506e91cbbf02fea21b9acda62e718
+// identity: sha256:f597d2a0b46b1fe8dd1b3116890441b1265ab70c9ba1dcb77d8b4634b03fb8ae
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -406,7 +406,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             afrag(As, 64, 0, s, a);
             cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(Ot), vw, s), s > 0);
         }
-#pragma unroll 4
+        // Fully unrolled: ptxas then loads each step's A fragment ahead of the wgmma before it
+        // (237 registers); unrolled by 4, each group's first wgmma waited on its gathers
+        // (docs/notes.md, session 32: kda_bwd_state -1.1..-1.5 %).
+#pragma unroll
         for (int s = 0; s < 16; ++s) {
             unsigned int a[4];
             afrag(Ks, 64, 0, s, a);
