@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:9b9e6224e40c7a09637b662c54fc297ad716018f7594b7afb6859feafdb66e96
+// identity: sha256:4b70a9e4c603cde842f8b8321dd00700a4fc055bb6d20f1ff983374f659784f0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -405,6 +405,18 @@ __device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
 }
 
+// m64n32k8 with A and B from shared memory (descriptors as cake_wgmma_n64's); d as cake_wgmma_n32_rs.
+__device__ __forceinline__ void cake_wgmma_n32(float (&d)[16], unsigned long long da, unsigned long long db, int acc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "%16, %17, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(acc));
+}
+
 // x through an empty asm: a copy of an accumulator that ptxas does not trace back to it. Reading
 // an accumulator of the state pass (say, to shuffle it) between a wgmma's issue and its wait made
 // ptxas serialize every wgmma (C7514); reading the copy does not.
@@ -487,54 +499,53 @@ __device__ __forceinline__ float4 ldt4_at(const float* s, int q0, int q1, int kp
 // register moves assemble it; the mma accumulator's (i0, i1) x (col, col + 1) is one float4 store.
 // Quarter-warp accesses (g = 2q, 2q + 1; t = 0..3) of both are conflict-free: chunks 2 t ^ 5 and
 // t ^ 5 differ in bit 0 / bit 2 from the even row's.
-// dS_end's halves (value columns 64 h .. 64 h + 63, [128 d][64 v]): copy i of thread tid takes
-// row (tid >> 4) + 32 i, 16-byte chunk tid & 15, at sd_dst(tid) + SD_STEP i.
-// Phase 5's wgmma B: K-major, 128-byte swizzle (cake_wg_idx<128>; the row's low 3 bits are i's).
-__device__ __forceinline__ int sd_dst(int tid) { return cake_wg_idx<128>(tid >> 4, 4 * (tid & 15)); }
-constexpr int SD_STEP = 1024;
+// dS_end's halves (value columns 64 h .. 64 h + 63, [128 d][64 v]): thread tid copies row ds_row(tid)'s
+// 16-value block ds_blk(tid) (four 16-byte chunks, chunk i at sd_at(tid) ^ 4 i). Eight consecutive
+// threads hold four rows and two blocks of one panel half, so their chunks fall on 8 distinct bank
+// groups on sm_90a (the swizzle XORs the row's low 3 bits).
+__device__ __forceinline__ int ds_row(int tid) { return 4 * (tid >> 4) + (tid & 3); }
+__device__ __forceinline__ int ds_blk(int tid) { return (tid >> 2) & 3; }
+// Phase 5's wgmma B: K-major, 128-byte swizzle (cake_wg_idx<128>), each 16-wide block in Vn's order
+// (phase 3c): the rounding pass in phase 5 moves value 4 a + q of a block to position 4 q + a.
+__device__ __forceinline__ int sd_at(int tid) { return cake_wg_idx<128>(ds_row(tid), 16 * ds_blk(tid)); }
+__device__ __forceinline__ void ds_copy(float* tile, const float* half_src, int tid) {
+    const int own = sd_at(tid);
+    const float* src = half_src + 128 * ds_row(tid) + 16 * ds_blk(tid);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cake_cp_async16(tile + (own ^ (4 * i)), src + 4 * i, 16);
+}
 // dgl[d] = sum_v S_c[d][v] dS_end[d][v] is formed in phase 5 from those copies as they land (before
 // sm_90a rounds them in place), so dS_end crosses L2 once (session 28: -4..-6 % of this kernel
 // against phase 3's reads of it from L2). S_c's values for them come from its 16-bit record
-// (cake/state16.cuh) in global memory: copy i's four values v = 64 h + 4 c + j (c = tid & 15) lie
-// in group G = 4 h + (c >> 2) at positions 8 (c & 1) + 2 j + ((c >> 1) & 1), i.e. in word j of the
-// group's 16-byte chunk c & 1, its high half when c & 2 (lanes c and c ^ 2 load the same chunk).
-__device__ __forceinline__ void dgl_load(uint4 (&w)[4], const unsigned char* rec, int tid, int half) {
-    const int c = tid & 15;
-    const unsigned char* src = rec + 256 * (tid >> 4) + 32 * (4 * half + (c >> 2)) + 16 * (c & 1);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint4*>(src + 8192 * i);  // row + 32
+// (cake/state16.cuh) in global memory: a thread's block is group G = 4 h + ds_blk, 32 bytes at
+// 256 row + 32 G; its value 4 c + j is word j of the group's 16-byte chunk c & 1, its high half when
+// c & 2.
+__device__ __forceinline__ void dgl_load(uint4 (&w)[2], const unsigned char* rec, int tid, int half) {
+    const uint4* src = reinterpret_cast<const uint4*>(rec + 256 * ds_row(tid) + 32 * (4 * half + ds_blk(tid)));
+    w[0] = src[0];
+    w[1] = src[1];
 }
-// s[i] (row (tid >> 4) + 32 i): one fma chain over the thread's values, v ascending, half 0's four
-// then half 1's.
-__device__ __forceinline__ void dgl_dot(float (&s)[4], const uint4 (&w)[4], const float* Bs, int own,
-                                        const unsigned char* SE, int tid, int half) {
-    const int c = tid & 15, hs = 8 * (c & 2), G = 4 * half + (c >> 2);
+// s += the thread's 16 products, v ascending (a: its four chunks, natural order).
+__device__ __forceinline__ float dgl_dot(float s, const uint4 (&w)[2], const float4 (&a)[4], const unsigned char* SE,
+                                         int tid, int half) {
+    const float f = cake_s16_up(SE[(4 * half + ds_blk(tid)) * 128 + ds_row(tid)]);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float4 a = *reinterpret_cast<const float4*>(Bs + own + SD_STEP * i);
-        const float f = cake_s16_up(SE[G * 128 + (tid >> 4) + 32 * i]);
-        const float s0 = cake_f16x2_to_f32(w[i].x >> hs).x * f, s1 = cake_f16x2_to_f32(w[i].y >> hs).x * f;
-        const float s2 = cake_f16x2_to_f32(w[i].z >> hs).x * f, s3 = cake_f16x2_to_f32(w[i].w >> hs).x * f;
-        float x = half == 0 ? s0 * a.x : fmaf(s0, a.x, s[i]);
-        x = fmaf(s1, a.y, x);
-        x = fmaf(s2, a.z, x);
-        s[i] = fmaf(s3, a.w, x);
+    for (int c = 0; c < 4; ++c) {
+        const uint4 wc = w[c & 1];
+        const int hs = 8 * (c & 2);
+        s = fmaf(cake_f16x2_to_f32(wc.x >> hs).x * f, a[c].x, s);
+        s = fmaf(cake_f16x2_to_f32(wc.y >> hs).x * f, a[c].y, s);
+        s = fmaf(cake_f16x2_to_f32(wc.z >> hs).x * f, a[c].z, s);
+        s = fmaf(cake_f16x2_to_f32(wc.w >> hs).x * f, a[c].w, s);
     }
+    return s;
 }
-// Each row's total over its 16 lanes in five shuffles (not 16): lanes exchange half their rows
-// across lane bit 3, then one of two across bit 2, then sum over bits 1 and 0; lane c ends with
-// row (tid >> 4) + 32 (c >> 2), which lane c = 4 (c >> 2) writes.
-__device__ __forceinline__ void dgl_reduce(const float (&s)[4], float* out, int tid) {
-    const int c = tid & 15;
-    const bool hi = c & 8, b = c & 4;
-    const float t0 = (hi ? s[2] : s[0]) + __shfl_xor_sync(0xffffffffu, hi ? s[0] : s[2], 8);
-    const float t1 = (hi ? s[3] : s[1]) + __shfl_xor_sync(0xffffffffu, hi ? s[1] : s[3], 8);
-    float u = (b ? t1 : t0) + __shfl_xor_sync(0xffffffffu, b ? t0 : t1, 4);
-    u += __shfl_xor_sync(0xffffffffu, u, 2);
-    u += __shfl_xor_sync(0xffffffffu, u, 1);
-    if ((c & 3) == 0) out[(tid >> 4) + 32 * (c >> 2)] = u;
+// A row's total over its four blocks (lane bits 2 and 3), written by block 0's lane.
+__device__ __forceinline__ void dgl_reduce(float s, float* out, int tid) {
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    s += __shfl_xor_sync(0xffffffffu, s, 8);
+    if (ds_blk(tid) == 0) out[ds_row(tid)] = s;
 }
-
 __device__ __forceinline__ int px_pair(int r) { return 8 * (r >> 4) + (r & 7); }
 __device__ __forceinline__ int px_chunk(int r, int c) { return px_pair(r) * 256 + ((c ^ (5 * (r & 1))) << 2); }
 
@@ -568,6 +579,24 @@ __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), 
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 __device__ __forceinline__ float g4(const float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
 __device__ __forceinline__ float& e4(float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
+// One half of dS_end, landed: the thread's four chunks into a, its dgl terms into s; sm_90a rounds
+// them to TF32 in place in Vn's block order (a 4 x 4 transpose of the thread's own chunks).
+__device__ __forceinline__ float ds_land(float* Bs, const unsigned char* rec, const unsigned char* SE, float s,
+                                         int tid, int half) {
+    uint4 w[2];
+    dgl_load(w, rec, tid, half);
+    const int own = sd_at(tid);
+    float4 a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(Bs + (own ^ (4 * i)));
+    s = dgl_dot(s, w, a, SE, tid, half);
+    *reinterpret_cast<float4*>(Bs + own) = make_float4(rtf32(a[0].x), rtf32(a[1].x), rtf32(a[2].x), rtf32(a[3].x));
+    *reinterpret_cast<float4*>(Bs + (own ^ 4)) = make_float4(rtf32(a[0].y), rtf32(a[1].y), rtf32(a[2].y), rtf32(a[3].y));
+    *reinterpret_cast<float4*>(Bs + (own ^ 8)) = make_float4(rtf32(a[0].z), rtf32(a[1].z), rtf32(a[2].z), rtf32(a[3].z));
+    *reinterpret_cast<float4*>(Bs + (own ^ 12)) = make_float4(rtf32(a[0].w), rtf32(a[1].w), rtf32(a[2].w), rtf32(a[3].w));
+    return s;
+}
+
 // x = hi + lo to ~2^-22 relative, both TF32.
 __device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
     hi = rtf32(x);
@@ -1068,14 +1097,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             for (int e = 0; e < 4; ++e)
                 Vn[(vb ^ (16 * (ni >> 1) + 4 * (e & 1) + 2 * (ni & 1))) + 256 * (e >> 1)] = rtf32(acc[ni][e]);
         cake_fence_proxy_async();  // Vn (generic stores) -> phase 4's wgmma reads
-        // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2): copy i takes
-        // row (tid >> 4) + 32 i, whose swizzle is row tid >> 4's.
-        {
-            float* dst = RD + sd_dst(tid);
-            const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 4 * (tid & 15);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);
-        }
+        // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2)
+        ds_copy(RD, dS_end + ws * 16384, tid);
         cake_cp_async_commit();
     }
     __syncthreads();
@@ -1155,12 +1178,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     }
     __syncthreads();  // Y dead; dA1 (TT), dA2 (AK) ready
     // dS_end value columns 64..127 -> RC as [128 d][64 v] (group 3), as group 2.
-    {
-        float* dst = RC + sd_dst(tid);
-        const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 64 + 4 * (tid & 15);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);
-    }
+    ds_copy(RC, dS_end + ws * 16384 + 64, tid);
     cake_cp_async_commit();
 
     // ---- phase 5: dKd = Vn dS_end^T (rows i, key dims d); dk += e^(G_{L-1} - G) dKd;
@@ -1169,52 +1187,33 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         CAKE_REIDX_WG;
         float acc[4][4];
         const unsigned char* rec = reinterpret_cast<const unsigned char*>(states) + ws * CAKE_S16_BYTES;
-        uint4 dglw[4];  // S_c's record words for this thread's copies of the dS_end half that landed
-        float dgls[4];
-        // m64n32k8 per warpgroup (its 32 dims d = B rows 32 cq ..): A = Vn rows i0, i1 from
-        // registers (TF32 since 3c; v = 8 k + t + 4 u, k = 2 kp + n, is 3c's position 16 kp + 4 t +
-        // 2 n + u: one float4 a row gives steps 2 kp, 2 kp + 1, 2-way bank conflicts), B = the
-        // dS_end halves, each thread rounding its own copies (cvt.rn, as the mma.sync program's B)
-        // before the barrier.
+        float dgls = 0.f;  // this thread's part of dgl[ds_row] (the dS_end halves as they land)
+        // m64n32k8 per warpgroup (its 32 dims d = B rows 32 cq ..), A = Vn and B = the dS_end halves
+        // both by descriptor, in Vn's block order (ds_land's transpose): a half's 8 steps issue back
+        // to back, and half 0's run while half 1 lands.
         {
             float wacc[16];
 #pragma unroll
             for (int x = 0; x < 16; ++x) wacc[x] = 0.f;
             const int d0 = 32 * __shfl_sync(0xffffffffu, cq, 0);  // warp-uniform to ptxas
-            const int a0 = cake_wg_idx<64>(i0, 4 * t), own = sd_dst(tid);  // row i1: + 256
+            const unsigned int vlo = cake_wg_desc_lo(cake_smem_addr(Vn));
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 float* Bs = half == 0 ? RD : RC;
                 if (half == 0) cake_cp_async_wait<1>();
                 else cake_cp_async_wait<0>();
-                dgl_load(dglw, rec, tid, half);
-                dgl_dot(dgls, dglw, Bs, own, SE, tid, half);
+                dgls = ds_land(Bs, rec, SE, dgls, tid, half);
                 if (half == 1) dgl_reduce(dgls, sc + SC_DGL, tid);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    float4* p = reinterpret_cast<float4*>(Bs + own + SD_STEP * i);
-                    *p = r4(*p);
-                }
                 cake_fence_proxy_async();  // the rounded dS_end (generic stores) -> wgmma's reads
                 __syncthreads();
                 const unsigned int lo = cake_wg_desc_lo(cake_smem_addr(Bs));
-                // A registers stay live until their wgmma completes: a wait every 4 steps (spills)
+                cake_wgmma_fence();
 #pragma unroll
-                for (int s4 = 0; s4 < 8; s4 += 4) {
-                    cake_wgmma_fence();
-#pragma unroll
-                    for (int s = s4; s < s4 + 4; s += 2) {
-                        const int kp = 4 * half + (s >> 1), o = (a0 ^ (16 * (kp & 1))) + 2048 * (kp >> 1);
-                        const float4 al = ldf4(Vn, o), ah = ldf4(Vn, o + 256);
-                        const unsigned int p[4] = {__float_as_uint(al.x), __float_as_uint(ah.x), __float_as_uint(al.y), __float_as_uint(ah.y)};
-                        const unsigned int q[4] = {__float_as_uint(al.z), __float_as_uint(ah.z), __float_as_uint(al.w), __float_as_uint(ah.w)};
-                        cake_wgmma_n32_rs(wacc, p, cake_wg_desc_at<128>(lo, d0, s), 1);
-                        cake_wgmma_n32_rs(wacc, q, cake_wg_desc_at<128>(lo, d0, s + 1), 1);
-                    }
-                    cake_wgmma_commit();
-                    cake_wgmma_wait<0>();
-                }
+                for (int s = 0; s < 8; ++s)
+                    cake_wgmma_n32(wacc, cake_wg_desc_at<64>(vlo, 0, 8 * half + s), cake_wg_desc_at<128>(lo, d0, s), 1);
+                cake_wgmma_commit();
             }
+            cake_wgmma_wait<0>();
 #pragma unroll
             for (int x = 0; x < 16; ++x) acc[x >> 2][x & 3] = wacc[x];
         }

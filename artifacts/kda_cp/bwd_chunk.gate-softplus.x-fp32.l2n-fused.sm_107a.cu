@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:aeaffce2d1e411619ad56797ad9f09bb9682a5b27bfb7f3f4b7554b82e81cda2
+// identity: sha256:e0f5f8d7ab7f0f6d58c28dda78145ae4b484be2845f1cf8c77720d2fd34a4866
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -373,53 +373,51 @@ __device__ __forceinline__ float4 ldt4_at(const float* s, int q0, int q1, int kp
 // register moves assemble it; the mma accumulator's (i0, i1) x (col, col + 1) is one float4 store.
 // Quarter-warp accesses (g = 2q, 2q + 1; t = 0..3) of both are conflict-free: chunks 2 t ^ 5 and
 // t ^ 5 differ in bit 0 / bit 2 from the even row's.
-// dS_end's halves (value columns 64 h .. 64 h + 63, [128 d][64 v]): copy i of thread tid takes
-// row (tid >> 4) + 32 i, 16-byte chunk tid & 15, at sd_dst(tid) + SD_STEP i.
-__device__ __forceinline__ int sd_dst(int tid) { return fx<64>(tid >> 4, 4 * (tid & 15)); }
-constexpr int SD_STEP = 2048;
+// dS_end's halves (value columns 64 h .. 64 h + 63, [128 d][64 v]): thread tid copies row ds_row(tid)'s
+// 16-value block ds_blk(tid) (four 16-byte chunks, chunk i at sd_at(tid) ^ 4 i). Eight consecutive
+// threads hold four rows and two blocks of one panel half, so their chunks fall on 8 distinct bank
+// groups on sm_90a (the swizzle XORs the row's low 3 bits).
+__device__ __forceinline__ int ds_row(int tid) { return 4 * (tid >> 4) + (tid & 3); }
+__device__ __forceinline__ int ds_blk(int tid) { return (tid >> 2) & 3; }
+__device__ __forceinline__ int sd_at(int tid) { return fx<64>(ds_row(tid), 16 * ds_blk(tid)); }
+__device__ __forceinline__ void ds_copy(float* tile, const float* half_src, int tid) {
+    const int own = sd_at(tid);
+    const float* src = half_src + 128 * ds_row(tid) + 16 * ds_blk(tid);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cake_cp_async16(tile + (own ^ (4 * i)), src + 4 * i, 16);
+}
 // dgl[d] = sum_v S_c[d][v] dS_end[d][v] is formed in phase 5 from those copies as they land (before
 // sm_90a rounds them in place), so dS_end crosses L2 once (session 28: -4..-6 % of this kernel
 // against phase 3's reads of it from L2). S_c's values for them come from its 16-bit record
-// (cake/state16.cuh) in global memory: copy i's four values v = 64 h + 4 c + j (c = tid & 15) lie
-// in group G = 4 h + (c >> 2) at positions 8 (c & 1) + 2 j + ((c >> 1) & 1), i.e. in word j of the
-// group's 16-byte chunk c & 1, its high half when c & 2 (lanes c and c ^ 2 load the same chunk).
-__device__ __forceinline__ void dgl_load(uint4 (&w)[4], const unsigned char* rec, int tid, int half) {
-    const int c = tid & 15;
-    const unsigned char* src = rec + 256 * (tid >> 4) + 32 * (4 * half + (c >> 2)) + 16 * (c & 1);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint4*>(src + 8192 * i);  // row + 32
+// (cake/state16.cuh) in global memory: a thread's block is group G = 4 h + ds_blk, 32 bytes at
+// 256 row + 32 G; its value 4 c + j is word j of the group's 16-byte chunk c & 1, its high half when
+// c & 2.
+__device__ __forceinline__ void dgl_load(uint4 (&w)[2], const unsigned char* rec, int tid, int half) {
+    const uint4* src = reinterpret_cast<const uint4*>(rec + 256 * ds_row(tid) + 32 * (4 * half + ds_blk(tid)));
+    w[0] = src[0];
+    w[1] = src[1];
 }
-// s[i] (row (tid >> 4) + 32 i): one fma chain over the thread's values, v ascending, half 0's four
-// then half 1's.
-__device__ __forceinline__ void dgl_dot(float (&s)[4], const uint4 (&w)[4], const float* Bs, int own,
-                                        const unsigned char* SE, int tid, int half) {
-    const int c = tid & 15, hs = 8 * (c & 2), G = 4 * half + (c >> 2);
+// s += the thread's 16 products, v ascending (a: its four chunks, natural order).
+__device__ __forceinline__ float dgl_dot(float s, const uint4 (&w)[2], const float4 (&a)[4], const unsigned char* SE,
+                                         int tid, int half) {
+    const float f = cake_s16_up(SE[(4 * half + ds_blk(tid)) * 128 + ds_row(tid)]);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float4 a = *reinterpret_cast<const float4*>(Bs + own + SD_STEP * i);
-        const float f = cake_s16_up(SE[G * 128 + (tid >> 4) + 32 * i]);
-        const float s0 = cake_f16x2_to_f32(w[i].x >> hs).x * f, s1 = cake_f16x2_to_f32(w[i].y >> hs).x * f;
-        const float s2 = cake_f16x2_to_f32(w[i].z >> hs).x * f, s3 = cake_f16x2_to_f32(w[i].w >> hs).x * f;
-        float x = half == 0 ? s0 * a.x : fmaf(s0, a.x, s[i]);
-        x = fmaf(s1, a.y, x);
-        x = fmaf(s2, a.z, x);
-        s[i] = fmaf(s3, a.w, x);
+    for (int c = 0; c < 4; ++c) {
+        const uint4 wc = w[c & 1];
+        const int hs = 8 * (c & 2);
+        s = fmaf(cake_f16x2_to_f32(wc.x >> hs).x * f, a[c].x, s);
+        s = fmaf(cake_f16x2_to_f32(wc.y >> hs).x * f, a[c].y, s);
+        s = fmaf(cake_f16x2_to_f32(wc.z >> hs).x * f, a[c].z, s);
+        s = fmaf(cake_f16x2_to_f32(wc.w >> hs).x * f, a[c].w, s);
     }
+    return s;
 }
-// Each row's total over its 16 lanes in five shuffles (not 16): lanes exchange half their rows
-// across lane bit 3, then one of two across bit 2, then sum over bits 1 and 0; lane c ends with
-// row (tid >> 4) + 32 (c >> 2), which lane c = 4 (c >> 2) writes.
-__device__ __forceinline__ void dgl_reduce(const float (&s)[4], float* out, int tid) {
-    const int c = tid & 15;
-    const bool hi = c & 8, b = c & 4;
-    const float t0 = (hi ? s[2] : s[0]) + __shfl_xor_sync(0xffffffffu, hi ? s[0] : s[2], 8);
-    const float t1 = (hi ? s[3] : s[1]) + __shfl_xor_sync(0xffffffffu, hi ? s[1] : s[3], 8);
-    float u = (b ? t1 : t0) + __shfl_xor_sync(0xffffffffu, b ? t0 : t1, 4);
-    u += __shfl_xor_sync(0xffffffffu, u, 2);
-    u += __shfl_xor_sync(0xffffffffu, u, 1);
-    if ((c & 3) == 0) out[(tid >> 4) + 32 * (c >> 2)] = u;
+// A row's total over its four blocks (lane bits 2 and 3), written by block 0's lane.
+__device__ __forceinline__ void dgl_reduce(float s, float* out, int tid) {
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    s += __shfl_xor_sync(0xffffffffu, s, 8);
+    if (ds_blk(tid) == 0) out[ds_row(tid)] = s;
 }
-
 __device__ __forceinline__ int px_pair(int r) { return 8 * (r >> 4) + (r & 7); }
 __device__ __forceinline__ int px_chunk(int r, int c) { return px_pair(r) * 256 + ((c ^ (5 * (r & 1))) << 2); }
 
@@ -453,6 +451,20 @@ __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), 
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 __device__ __forceinline__ float g4(const float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
 __device__ __forceinline__ float& e4(float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
+// One half of dS_end, landed: the thread's four chunks into a, its dgl terms into s; sm_90a rounds
+// them to TF32 in place in Vn's block order (a 4 x 4 transpose of the thread's own chunks).
+__device__ __forceinline__ float ds_land(float* Bs, const unsigned char* rec, const unsigned char* SE, float s,
+                                         int tid, int half) {
+    uint4 w[2];
+    dgl_load(w, rec, tid, half);
+    const int own = sd_at(tid);
+    float4 a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(Bs + (own ^ (4 * i)));
+    s = dgl_dot(s, w, a, SE, tid, half);
+    return s;
+}
+
 // x = hi + lo to ~2^-22 relative, both TF32.
 __device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
     hi = rtf32(x);
@@ -924,14 +936,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 0)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
             *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 2)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
         }
-        // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2): copy i takes
-        // row (tid >> 4) + 32 i, whose swizzle is row tid >> 4's.
-        {
-            float* dst = RD + sd_dst(tid);
-            const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 4 * (tid & 15);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);
-        }
+        // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2)
+        ds_copy(RD, dS_end + ws * 16384, tid);
         cake_cp_async_commit();
     }
     __syncthreads();
@@ -1001,12 +1007,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
     }
     __syncthreads();  // Y dead; dA1 (TT), dA2 (AK) ready
     // dS_end value columns 64..127 -> RC as [128 d][64 v] (group 3), as group 2.
-    {
-        float* dst = RC + sd_dst(tid);
-        const float* src = dS_end + ws * 16384 + (tid >> 4) * 128 + 64 + 4 * (tid & 15);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);
-    }
+    ds_copy(RC, dS_end + ws * 16384 + 64, tid);
     cake_cp_async_commit();
 
     // ---- phase 5: dKd = Vn dS_end^T (rows i, key dims d); dk += e^(G_{L-1} - G) dKd;
@@ -1015,19 +1016,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         CAKE_REIDX_WG;
         float acc[4][4];
         const unsigned char* rec = reinterpret_cast<const unsigned char*>(states) + ws * CAKE_S16_BYTES;
-        uint4 dglw[4];  // S_c's record words for this thread's copies of the dS_end half that landed
-        float dgls[4];
+        float dgls = 0.f;  // this thread's part of dgl[ds_row] (the dS_end halves as they land)
         zero16(acc);
         cake_cp_async_wait<1>();
-        dgl_load(dglw, rec, tid, 0);
-        dgl_dot(dgls, dglw, RD, sd_dst(tid), SE, tid, 0);
+        dgls = ds_land(RD, rec, SE, dgls, tid, 0);
         __syncthreads();
 #pragma unroll 1
         for (int half = 0; half < 2; ++half) {
             if (half == 1) {
                 cake_cp_async_wait<0>();
-                dgl_load(dglw, rec, tid, 1);
-                dgl_dot(dgls, dglw, RC, sd_dst(tid), SE, tid, 1);
+                dgls = ds_land(RC, rec, SE, dgls, tid, 1);
                 dgl_reduce(dgls, sc + SC_DGL, tid);
                 __syncthreads();
             }

@@ -1,4 +1,4 @@
-// twin of generators/include/cake/wgmma.cuh sha256:28b3999a9db8124fd85ba36a5ab3fbcbbb017cbffee0bcb88d48a207ee02410b
+// twin of generators/include/cake/wgmma.cuh sha256:e3f069ae6cf36127637492f2cf64d0107a1b746bbc9f4c335f90193d10b51db9
 #pragma once
 
 // The layout helpers (cake/wgmma_layout.cuh) are plain C++ and compile as they are.
@@ -16,6 +16,11 @@ __device__ __forceinline__ void cake_wgmma_n64_rs(float (&d)[32], const unsigned
 // m64n32k8, A from registers.
 __device__ __forceinline__ void cake_wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned long long db, int acc) {
     ::emu::wgmma_n32_rs(d, a, db, acc);
+}
+
+// m64n32k8, A and B from shared memory.
+__device__ __forceinline__ void cake_wgmma_n32(float (&d)[16], unsigned long long da, unsigned long long db, int acc) {
+    ::emu::wgmma_n32(d, da, db, acc);
 }
 
 // An opaque copy: nothing to hide on the CPU.

@@ -866,6 +866,11 @@ inline void wgmma_n64_rs(float (&d)[32], const unsigned int (&a)[4], unsigned lo
     group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
 }
 
+inline void wgmma_n32(float (&d)[16], unsigned long long da, unsigned long long db, int acc) {
+    WgmmaIn in{da, db, acc != 0, 0, {0, 0, 0, 0}, 32};
+    group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
+}
+
 inline void wgmma_n32_rs(float (&d)[16], const unsigned int (&a)[4], unsigned long long db, int acc) {
     WgmmaIn in{0, db, acc != 0, 1, {a[0], a[1], a[2], a[3]}, 32};
     group_collective("wgmma.mma_async", &in, d, &op_wgmma_n64);
