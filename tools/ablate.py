@@ -176,7 +176,7 @@ _MMA_BY_PHASE = {
     "nomma3c": _skip("mma_k16(acc[ni], alo, ahi, ldf4(RD"),
     # sm_90a: phases 4 and 5 are on wgmma
     "nomma4": _skip("cake_wgmma_n32_rs(pacc, a0, ", "cake_wgmma_n32_rs(pacc, a1, "),
-    "nomma5": _skip("cake_wgmma_n32_rs(wacc, p, ", "cake_wgmma_n32_rs(wacc, q, "),
+    "nomma5": _skip("cake_wgmma_n32(wacc, "),
     "nomma6a": _skip(
         *(
             f"mma_k16({a}[n], {q}lo, {q}hi, {b});"
@@ -238,8 +238,8 @@ _BULK_LOOPS = {
     ],
     "no5": [  # sm_90a: phase 5's wgmma steps
         (
-            "for (int s4 = 0; s4 < 8; s4 += 4) {",
-            "for (int s4 = 0; s4 < 0; s4 += 4) {",
+            "for (int s = 0; s < 8; ++s)\n                    cake_wgmma_n32(wacc,",
+            "for (int s = 0; s < 0; ++s)\n                    cake_wgmma_n32(wacc,",
         )
     ],
 }
@@ -765,7 +765,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         + [("(states) + ws * CAKE_S16_BYTES", "(states) + rws * CAKE_S16_BYTES")],
         "nomma": [
             ("NOOP:", "#define cake_mma_tf32(...) ((void)0)"),
-            ("NOOP:", "#define cake_wgmma_n32_rs(...) ((void)0)"),  # sm_90a: phases 3a, 4, 5
+            ("NOOP:", "#define cake_wgmma_n32_rs(...) ((void)0)"),  # sm_90a: phases 3a, 4
+            ("NOOP:", "#define cake_wgmma_n32(...) ((void)0)"),  # sm_90a: phase 5
         ],
         # dS_end at half its DRAM bytes (rows 64..127 read rows 0..63's lines again, from L2): what
         # a 16-bit dS_end would give bwd_chunk, its widening not counted
@@ -774,9 +775,9 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
                 "cake_prefetch_l2(dS_end + ws * 16384 + 32 * tid);",
                 "cake_prefetch_l2(dS_end + ws * 16384 + ((32 * tid) & 8191));",
             ),
-            (  # both copies (value columns 0..63, 64..127): copy i's rows are (tid >> 4) + 32 i
-                "cake_cp_async16(dst + SD_STEP * i, src + 4096 * i, 16);",
-                "cake_cp_async16(dst + SD_STEP * i, src + 4096 * (i & 1), 16);",
+            (  # both copies (value columns 0..63, 64..127): a thread's row is ds_row(tid)
+                "const float* src = half_src + 128 * ds_row(tid)",
+                "const float* src = half_src + 128 * (ds_row(tid) & 63)",
             ),
         ],
         # the mma k-loops of one phase each (the per-element work around them stays)
