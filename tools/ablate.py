@@ -737,6 +737,41 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     "bwd_chunk.gate-g.l2n-off.sm_90a": {
         "nopf": NO_PREFETCH,
+        # the copies' waits left out one at a time (wrong data, the same traffic): how much of
+        # each copy's landing the block waits for. S_c at the end of phase 2; group 2 (k, dO, q,
+        # Akk, rq, rk) before phase 3a; dS_end's second half in phase 5
+        "noscwait": [
+            (
+                "cake_cp_async_wait<1>();  // S_c (issued in phase 0: landed by now)",
+                "cake_cp_async_wait<2>();  // S_c (issued in phase 0: landed by now)",
+            )
+        ],
+        "nog2wait": [
+            (
+                "cake_cp_async_wait<0>();  // group 2: k, dO, q, Akk's copy, rq, rk",
+                "cake_cp_async_wait<1>();  // group 2: k, dO, q, Akk's copy, rq, rk",
+            )
+        ],
+        "nods1wait": [
+            (
+                "else cake_cp_async_wait<0>();\n                dgls = ds_land",
+                "else cake_cp_async_wait<1>();\n                dgls = ds_land",
+            )
+        ],
+        # no dS_end copies at all (its L2 prefetch stays): what landing 64 KB a block costs
+        "nods": [
+            (
+                "for (int i = 0; i < 4; ++i) cake_cp_async16(tile + (own ^ (4 * i)), src + 4 * i, 16);",
+                "for (int i = 0; i < 0; ++i) cake_cp_async16(tile + (own ^ (4 * i)), src + 4 * i, 16);",
+            )
+        ],
+        # phase 5's epilogue (dk, dGamma, the column sums; Dq / Dk moved to RC / DK) left out
+        "no5epi": [
+            (
+                "for (int np = 0; np < 4 / kNi; ++np) {",
+                "for (int np = 0; np < 0; ++np) {",
+            )
+        ],
         # every block reads its head's first chunk (L2 hits; its own rows are still written):
         # what the DRAM side of its ~290 KB of inputs costs
         "l2in": [
