@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:bbc62f8b76e4dddff4fe283232ff79cf2a94e61deee280d806388f9326a41b45
+// identity: sha256:3a6adc96c66a9ea52a347aa5fcd4ec4bd4a06b2aba2580fc3cb19b4ea350a2f6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -449,8 +449,15 @@ __device__ __forceinline__ float4 ldq_bf16_el(const unsigned short* s, int base,
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
+// An accumulator's element pair (e, e + 1), e even: columns d, d + 1 of one row, one 8-byte access.
+__device__ __forceinline__ float2 ldf2(const float* s, int idx) { return *reinterpret_cast<const float2*>(s + idx); }
+__device__ __forceinline__ void stf2(float* s, int idx, float a, float b) {
+    *reinterpret_cast<float2*>(s + idx) = make_float2(a, b);
+}
 __device__ __forceinline__ float g4(const float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
 __device__ __forceinline__ float& e4(float4& a, int e) { return e == 0 ? a.x : e == 1 ? a.y : e == 2 ? a.z : a.w; }
+__device__ __forceinline__ float g2(const float2& a, int x) { return x ? a.y : a.x; }
+__device__ __forceinline__ float& e2(float2& a, int x) { return x ? a.y : a.x; }
 // One half of dS_end, landed: the thread's four chunks into a, its dgl terms into s; sm_90a rounds
 // them to TF32 in place in Vn's block order (a 4 x 4 transpose of the thread's own chunks).
 __device__ __forceinline__ float ds_land(float* Bs, const unsigned char* rec, const unsigned char* SE, float s,
@@ -1059,24 +1066,31 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const int ni = kNi * np + n;
                 const float4 q4 = ldq_bf16_el(qs, be, ni);
                 const float4 k4 = ldq_bf16_el(ks, be, ni);
+                const float2 gend = ldf2(gs, fx_el(fl, ni, 0));  // the chunk-end row's pair
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = e < 2 ? i0 : i1, o = fx_el(fe, ni, e);
-                    const float fd = cake_ex2(gs[fx_el(fl, ni, e & 1)] - gs[o]);
-                    const float D = fd * acc[ni][e];
-                    const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
-                    const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
-                    float dgv = 0.f;
-                    dgv += qn * Dq[ni][e] + kn * Dk[ni][e];  // phase 3a's Qg dQg + Kg dKg
-                    const float xx = kn * D;
-                    Dk[ni][e] += D;
-                    if (i < L - 1) {
-                        dgv -= xx;
-                        cs[2 * n + (e & 1)] += xx;
+                for (int hr = 0; hr < 2; ++hr) {  // row i0, then i1: elements 2 hr, 2 hr + 1
+                    const int i = hr == 0 ? i0 : i1, o = fx_el(fe, ni, 2 * hr);
+                    const float2 gi = ldf2(gs, o);
+                    float dgv[2];
+#pragma unroll
+                    for (int x = 0; x < 2; ++x) {
+                        const int e = 2 * hr + x;
+                        const float fd = cake_ex2(g2(gend, x) - g2(gi, x));
+                        const float D = fd * acc[ni][e];
+                        const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
+                        const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
+                        dgv[x] = 0.f;
+                        dgv[x] += qn * Dq[ni][e] + kn * Dk[ni][e];  // phase 3a's Qg dQg + Kg dKg
+                        const float xx = kn * D;
+                        Dk[ni][e] += D;
+                        if (i < L - 1) {
+                            dgv[x] -= xx;
+                            cs[2 * n + x] += xx;
+                        }
                     }
-                    RD[o] = dgv;
-                    RC[o] = Dq[ni][e];  // dq's and dk's accumulators move to
-                    DK[o] = Dk[ni][e];  // RC and DK for phases 6-7
+                    stf2(RD, o, dgv[0], dgv[1]);
+                    stf2(RC, o, Dq[ni][2 * hr], Dq[ni][2 * hr + 1]);  // dq's and dk's accumulators move
+                    stf2(DK, o, Dk[ni][2 * hr], Dk[ni][2 * hr + 1]);  // to RC and DK for phases 6-7
                 }
             }
             if constexpr (kNi == 4) {
@@ -1152,9 +1166,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
                 for (int n = 0; n < 2; ++n)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        sk[n][e] = DK[fx_el(fe, n, e)];
-                        sg[n][e] = RD[fx_el(fe, n, e)];
+                    for (int hr = 0; hr < 2; ++hr) {
+                        const float2 a = ldf2(DK, fx_el(fe, n, 2 * hr)), b = ldf2(RD, fx_el(fe, n, 2 * hr));
+                        sk[n][2 * hr] = a.x;
+                        sk[n][2 * hr + 1] = a.y;
+                        sg[n][2 * hr] = b.x;
+                        sg[n][2 * hr + 1] = b.y;
                     }
             }
             // (a) row gradients, off-diagonal blocks J < rb, reference r = 16 rb:
@@ -1210,16 +1227,24 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 for (int n = 0; n < 2; ++n) {
                     const float4 q4 = ldq_bf16_el(qs, be, n);
                     const float4 k4 = ldq_bf16_el(ks, be, n);
+                    const float2 gref = ldf2(gs, fx_el(fr, n, 0));
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int o = fx_el(fe, n, e);
-                        const float erf = cake_ex2(gs[o] - gs[fx_el(fr, n, e & 1)]);
-                        const float dqo = erf * aq[n][e], dkr = erf * ak[n][e];
-                        const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
-                        const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
-                        RC[o] += dqo;
-                        sk[n][e] += dkr;
-                        sg[n][e] += qn * dqo + kn * dkr;
+                    for (int hr = 0; hr < 2; ++hr) {
+                        const int o = fx_el(fe, n, 2 * hr);
+                        const float2 gi = ldf2(gs, o);
+                        float2 rc = ldf2(RC, o);
+#pragma unroll
+                        for (int x = 0; x < 2; ++x) {
+                            const int e = 2 * hr + x;
+                            const float erf = cake_ex2(g2(gi, x) - g2(gref, x));
+                            const float dqo = erf * aq[n][e], dkr = erf * ak[n][e];
+                            const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
+                            const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
+                            e2(rc, x) += dqo;
+                            sk[n][e] += dkr;
+                            sg[n][e] += qn * dqo + kn * dkr;
+                        }
+                        stf2(RC, o, rc.x, rc.y);
                     }
                 }
             }
@@ -1279,9 +1304,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
                 for (int n = 0; n < 2; ++n) {
                     const float4 k4 = ldq_bf16_el(ks, be, n);
+                    const float2 gend = ldf2(gs, fx_el(fq, n, 0));
+                    const float2 g_i[2] = {ldf2(gs, fx_el(fe, n, 0)), ldf2(gs, fx_el(fe, n, 2))};
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const float f = cake_ex2(gs[fx_el(fq, n, e & 1)] - gs[fx_el(fe, n, e)]);
+                        const float f = cake_ex2(g2(gend, e & 1) - g2(g_i[e >> 1], e & 1));
                         const float dko = f * (aq[n][e] + ak[n][e]);
                         const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
                         sk[n][e] += dko;
@@ -1364,9 +1391,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
                     for (int n = 0; n < 2; ++n)
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            DK[fx_el(fe, n, e)] = sk[n][e];
-                            RD[fx_el(fe, n, e)] = sg[n][e];
+                        for (int hr = 0; hr < 2; ++hr) {
+                            stf2(DK, fx_el(fe, n, 2 * hr), sk[n][2 * hr], sk[n][2 * hr + 1]);
+                            stf2(RD, fx_el(fe, n, 2 * hr), sg[n][2 * hr], sg[n][2 * hr + 1]);
                         }
                 };
                 if (fast) {
@@ -1377,19 +1404,27 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     for (int n = 0; n < 2; ++n) {
                         const float4 q4 = ldq_bf16_el(qs, be, n);
                         const float4 k4 = ldq_bf16_el(ks, be, n);
+                        const float2 gref = ldf2(gs, fx_el(fr, n, 0)), gend = ldf2(gs, fx_el(fq, n, 0));
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int o = fx_el(fe, n, e);
-                            const float gi = gs[o];
-                            const float erf = cake_ex2(gi - gs[fx_el(fr, n, e & 1)]);
-                            const float fc = cake_ex2(gs[fx_el(fq, n, e & 1)] - gi);
-                            const float rq_ = erf * arq[n][e], rk_ = erf * ark[n][e], col = fc * acl[n][e];
-                            const float qi = g4(q4, e) * (e < 2 ? rq0 : rq1);
-                            const float ki = g4(k4, e) * (e < 2 ? rk0 : rk1);
-                            const float dd = e < 2 ? dd0 : dd1;
-                            RC[o] += rq_ + dd * ki;
-                            sk[n][e] += rk_ + col + dd * qi;
-                            sg[n][e] += qi * rq_ + ki * rk_ - ki * col;
+                        for (int hr = 0; hr < 2; ++hr) {
+                            const int o = fx_el(fe, n, 2 * hr);
+                            const float2 g_i = ldf2(gs, o);
+                            float2 rc = ldf2(RC, o);
+#pragma unroll
+                            for (int x = 0; x < 2; ++x) {
+                                const int e = 2 * hr + x;
+                                const float gi = g2(g_i, x);
+                                const float erf = cake_ex2(gi - g2(gref, x));
+                                const float fc = cake_ex2(g2(gend, x) - gi);
+                                const float rq_ = erf * arq[n][e], rk_ = erf * ark[n][e], col = fc * acl[n][e];
+                                const float qi = g4(q4, e) * (e < 2 ? rq0 : rq1);
+                                const float ki = g4(k4, e) * (e < 2 ? rk0 : rk1);
+                                const float dd = e < 2 ? dd0 : dd1;
+                                e2(rc, x) += rq_ + dd * ki;
+                                sk[n][e] += rk_ + col + dd * qi;
+                                sg[n][e] += qi * rq_ + ki * rk_ - ki * col;
+                            }
+                            stf2(RC, o, rc.x, rc.y);
                         }
                     }
                     store_sums();
