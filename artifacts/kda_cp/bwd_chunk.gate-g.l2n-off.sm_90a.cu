@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:9f71a0a42e855499b2d120561b5f780bce83b89d032b64391206c9d7ce91ad1e
+// identity: sha256:3ba9d8c80936e00e5d15d20b3054369928160131e4c70098df26225561d7e340
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -853,8 +853,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
+            const float2 ya = ldf2(RC, fx_el(fe, ni, 0));
+            const float2 yb = ldf2(RC, fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);

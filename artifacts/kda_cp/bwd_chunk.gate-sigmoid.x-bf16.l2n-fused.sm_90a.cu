@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:6be6b8b6a42b2a58d9c20ec14f2be56e4d5a9b24676d48f0527e42d25955d688
+// identity: sha256:5c92e3cf764967825470e1f6ab7c12e160a3d7ae3a665fb1d9880f037a326ba4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -854,8 +854,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
+            const float2 ya = ldf2(RC, fx_el(fe, ni, 0));
+            const float2 yb = ldf2(RC, fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);

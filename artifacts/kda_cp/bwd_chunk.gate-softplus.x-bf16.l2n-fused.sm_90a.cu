@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:e62e7dc84e250484a7f82b312594ae1f5be1be2324a67403395a442f701b2384
+// identity: sha256:bcc56f1704ef510dab397f49ff3ab14d40fb918c5f307eb4ce2c07499338410f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -854,8 +854,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
+            const float2 ya = ldf2(RC, fx_el(fe, ni, 0));
+            const float2 yb = ldf2(RC, fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:59e13fe63f7d0b243e95393acdfe3ea01ec04ea117b7819d8fd6fd196eac83a4
+// identity: sha256:77b177a053c3cab0735f5137e92fd720377ba09f2e71d9023fff811b4e10adae
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -854,8 +854,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
+            const float2 ya = ldf2(RC, fx_el(fe, ni, 0));
+            const float2 yb = ldf2(RC, fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:a790590ed16c79af6c1ad0944b2ad7f0c2ab15f95b948d484e008540541fa2a4
+// identity: sha256:303e97fd7e2575e16a7d1bad697cea79769271097196ea74cf59c3fe37e24c06
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -732,8 +732,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
+            const float2 ya = ldf2(RC, fx_el(fe, ni, 0));
+            const float2 yb = ldf2(RC, fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
@@ -940,8 +940,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         const int fe = fx<128>(i0, 32 * cq + 2 * t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 0)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
-            *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 2)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
+            stf2(Vn, fx_el(fe, ni, 0), rtf32(acc[ni][0]), rtf32(acc[ni][1]));
+            stf2(Vn, fx_el(fe, ni, 2), rtf32(acc[ni][2]), rtf32(acc[ni][3]));
         }
         // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2)
         ds_copy(RD, dS_end + ws * 16384, tid);

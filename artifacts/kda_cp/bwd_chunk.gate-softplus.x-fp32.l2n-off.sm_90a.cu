@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:af4de4d5cb0ad6ca4ea8e3a73d20c0b79f44aab31c1ef1d5b6628ff4a75c367d
+// identity: sha256:63df4e9a885a0645578cd5a70f07dfcd3d5272e0ec4edebbe27391f3155445c0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -854,8 +854,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
+            const float2 ya = ldf2(RC, fx_el(fe, ni, 0));
+            const float2 yb = ldf2(RC, fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:fb2a1fafd9c4a3e61ac563738809e19238ee58989076cf7f6462eece45671285
+// identity: sha256:b967ccca8cffadd9527f74fa0c070193f4802fc79dc2211882146563f670d402
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -731,8 +731,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
+            const float2 ya = ldf2(RC, fx_el(fe, ni, 0));
+            const float2 yb = ldf2(RC, fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
@@ -939,8 +939,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         const int fe = fx<128>(i0, 32 * cq + 2 * t);
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 0)) = make_float2(rtf32(acc[ni][0]), rtf32(acc[ni][1]));
-            *reinterpret_cast<float2*>(Vn + fx_el(fe, ni, 2)) = make_float2(rtf32(acc[ni][2]), rtf32(acc[ni][3]));
+            stf2(Vn, fx_el(fe, ni, 0), rtf32(acc[ni][0]), rtf32(acc[ni][1]));
+            stf2(Vn, fx_el(fe, ni, 2), rtf32(acc[ni][2]), rtf32(acc[ni][3]));
         }
         // dS_end value columns 0..63 -> RD[0 .. 32 KB) as [128 d][64 v] (group 2)
         ds_copy(RD, dS_end + ws * 16384, tid);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:cda3e289db49e9e78372ad44ac591a51e355c3b7cf46c340b68c9e2eb9266c23
+// identity: sha256:db1ecbc03f82f79269973c7e389bafcf507bccd130162e562d57500c60671566
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -853,8 +853,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
+            const float2 ya = ldf2(RC, fx_el(fe, ni, 0));
+            const float2 yb = ldf2(RC, fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:a0907b2bd07b80b5570d0a6970244cf701e6e9d561ca898fd9e01bb8e74b4222
+// identity: sha256:205e5eaf7d9425c97cf131aec21177bc22c95428d3c9bfd9d092696d7cd626cb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -854,8 +854,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         float acc[4][4];
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-            const float2 ya = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 0));
-            const float2 yb = *reinterpret_cast<const float2*>(RC + fx_el(fe, ni, 2));
+            const float2 ya = ldf2(RC, fx_el(fe, ni, 0));
+            const float2 yb = ldf2(RC, fx_el(fe, ni, 2));
             acc[ni][0] = ya.x; acc[ni][1] = ya.y; acc[ni][2] = yb.x; acc[ni][3] = yb.y;
         }
         const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
