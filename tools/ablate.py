@@ -186,21 +186,21 @@ _MMA_BY_PHASE = {
     ),
     "nomma6b": _skip(
         *(
-            f"mma_k16({a}[n], {q}lo, {q}hi, {b});"
-            for a, q, bb in (("aq", "q1", "bq"), ("ak", "k1", "bk"))
+            f"mma_k16(ac[n], {q}lo, {q}hi, {b});"
+            for q, bb in (("q1", "bq"), ("k1", "bk"))
             for b in (bb + "l", bb + "h")
         )
     ),
     "nomma6c": _skip(
         *(
             f"mma_k16({a}[n], {q}lo, {q}hi, {b});"
-            for a, q in (("arq", "a1"), ("ark", "a2"))
+            for a, q in (("aq", "a1"), ("ak", "a2"))
             for b in ("bkl", "bkh")
         ),
-        "mma_k16(acl[n], c1lo, c1hi, bql);",
-        "mma_k16(acl[n], c2lo, c2hi, bcl);",
-        "mma_k16(acl[n], c1lo, c1hi, bqh);",
-        "mma_k16(acl[n], c2lo, c2hi, bch);",
+        "mma_k16(ac[n], c1lo, c1hi, bql);",
+        "mma_k16(ac[n], c2lo, c2hi, bcl);",
+        "mma_k16(ac[n], c1lo, c1hi, bqh);",
+        "mma_k16(ac[n], c2lo, c2hi, bch);",
     ),
 }
 
@@ -825,7 +825,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         **_MMA_BY_PHASE,
         **_HALF_WARPS,
         "nok": [patch for patches in _BULK_LOOPS.values() for patch in patches],
-        # phase 6's three parts, whole (each n-tile pair runs (a), (b), (c) in turn)
+        # phase 6's three parts, whole (each n-tile pair runs (c), (a), (b) into one accumulator set,
+        # then one epilogue; without (c) the epilogue adds no diagonal pair)
         "no6a": [
             (
                 "if (rb > 0) {\n                CAKE_REIDX;",
@@ -839,10 +840,8 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
             )
         ],
         "no6c": [
-            (
-                "            {\n                CAKE_REIDX;\n                const int j0 = 16 * rb + 4 * t;",
-                "            if (false) {\n                CAKE_REIDX;\n                const int j0 = 16 * rb + 4 * t;",
-            )
+            ("bool fast = fast_span;", "bool fast = false;"),
+            ("if (!fast) {  // (c) in exact", "if (false) {  // (c) in exact"),
         ],
     },
 }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:6351a75ee0edd3e4ab3d38c874f71720e2e4dc292b2b44cf2c78e81353b191dc
+// identity: sha256:34851b4bedd2ee59820433aae3e439d7968134950e710676dca8fb044dc95cd1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1140,11 +1140,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         const float rq0 = rqf(i0), rq1 = rqf(i1), rk0 = rkf(i0), rk1 = rkf(i1);
         // (a), (b) and (c) below all add to this thread's own elements of dq (RC), dk (DK) and
         // dGamma (RD): rows i0, i1 and, per n-tile pair nh, the 8 elements (n, e) of columns
-        // 32 cq + 8 (2 nh + n) + 2 t + (e & 1). They run per pair, one after the other, on running
-        // sums held in registers between one load and one store of each element: the same adds in
-        // the same order as a read-modify-write per part (the same bits), and three shared-memory
-        // round trips per element instead of up to eight (the program is closest to the
-        // shared-memory pipe: session 13, ncu).
+        // 32 cq + 8 (2 nh + n) + 2 t + (e & 1). Per pair, their products go into three shared
+        // accumulators and one epilogue adds them to each element: one shared-memory round trip
+        // of RC, DK and RD per element, and each decay factor formed once (the program is closest
+        // to the shared-memory pipe and issue-bound: sessions 13, 32).
         const int r = 16 * rb, er = r + 15;  // (a)'s reference row, (b)'s; (c) uses both
         // (c)'s tensor-core path: when this warp's dims have a decay span below kFastSpan (the
         // choice is per n-tile pair below and depends only on this chunk's own data).
@@ -1159,30 +1158,91 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
         const bool fast_span = __all_sync(0xffffffffu, span < kFastSpan);
 #pragma unroll 1
         for (int nh = 0; nh < 2; ++nh) {
+            // One set of accumulators per n-tile pair for all three parts: the row terms of (a) and
+            // (c) share the reference r (out_i = 2^(G_i - G_r) acc), the column terms of (b) and (c)
+            // the reference er (out_i = 2^(G_er - G_i) acc), so every element takes one epilogue:
+            // aq / ak the row terms through dAqk / dAkk, ac the column terms through both.
             // Elements of column block 2 nh + n: fx_el / bf_el of block n from bases XOR-ed by 16 nh.
-            float sk[2][4], sg[2][4];  // running DK, RD of element (n, e)
-            {
-                const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh);
+            float aq[2][4], ak[2][4], ac[2][4];
+#pragma unroll
+            for (int n = 0; n < 2; ++n)
+#pragma unroll
+                for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = ac[n][x] = 0.f;
+            // (c) diagonal block rb, first. For each own row i and every row u of the block: u < i
+            // is a row-gradient term of i, u > i a column-gradient term of i (as j), u = i the
+            // diagonal pair, which goes to dq / dk but never to dGamma. On the fast span: tensor
+            // cores, rows as in (a) (u < i kept by masking dA), columns as in (b) (u > i kept); if
+            // the span is wide or a product overflowed, the accumulators are cleared and the block
+            // runs in exact elementwise fp32 after the epilogue.
+            bool fast = fast_span;
+            if (fast) {
+                CAKE_REIDX;
+                const int j0 = 16 * rb + 4 * t;
+                // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32 (the column operands
+                // from per-column offsets, as in (b)).
+                const int a0 = fx<64>(i0, 4 * t) ^ (16 * rb), a1 = fx<64>(i1, 4 * t) ^ (16 * rb);  // columns j0
+                const float4 a1lo = r4(keep_below(ldf4(TT, a0), j0, i0));
+                const float4 a1hi = r4(keep_below(ldf4(TT, a1), j0, i1));
+                const float4 a2lo = r4(keep_below(ldf4(AK, a0), j0, i0));
+                const float4 a2hi = r4(keep_below(ldf4(AK, a1), j0, i1));
+                const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
+                const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
+                const float4 c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
+                const float4 c1hi = r4(keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1));
+                const float4 c2lo = r4(keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0));
+                const float4 c2hi = r4(keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1));
+                // The B gathers (rows u = 16 rb + 4 t + e) from per-column offsets, as in (a), (b).
+                const float* gR = gs + 2048 * rb;
+                const unsigned short* kR = ks + 2048 * rb;
+                const unsigned short* qR = qs + 2048 * rb;
+                const int mx = 16 * nh, dg = 32 * cq + g;  // as in (a)
+                const int fr = fx<128>(r, dg) ^ mx, fq = fx<128>(er, dg) ^ mx, tq = tg_col(128, t, dg, 0) ^ mx;
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                    const float gr = gs[fr ^ (8 * n)], ge = gs[fq ^ (8 * n)];
+                    const int gq0 = tq ^ (8 * n), gq1 = gq0 ^ 16;
+                    // B = hi + lo, both TF32 (error ~2^-22): the row and column terms of a pair
+                    // enter dGamma with opposite signs and cancel in dg's reverse cumsum, so
+                    // their factors must not carry independent TF32 errors. dA's rounding is
+                    // shared by both terms (the same rtf32 of the same value) and cancels.
+                    float4 bkh, bkl, bqh, bql, bch, bcl;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int u = j0 + e, bq = bf_col(t, dg, e) ^ mx ^ (8 * n);
+                        const float gu = gR[((e & 1) ? gq1 : gq0) + 128 * e];
+                        const float ku = cake_bf16_to_f32(kR[bq]) * rkf(u), qu = cake_bf16_to_f32(qR[bq]) * rqf(u);
+                        const float f = cake_ex2(gu - ge);
+                        split_tf32(ku * cake_ex2(gr - gu), e4(bkh, e), e4(bkl, e));
+                        split_tf32(qu * f, e4(bqh, e), e4(bql, e));
+                        split_tf32(ku * f, e4(bch, e), e4(bcl, e));
+                    }
+                    mma_k16(aq[n], a1lo, a1hi, bkl);
+                    mma_k16(aq[n], a1lo, a1hi, bkh);
+                    mma_k16(ak[n], a2lo, a2hi, bkl);
+                    mma_k16(ak[n], a2lo, a2hi, bkh);
+                    mma_k16(ac[n], c1lo, c1hi, bql);
+                    mma_k16(ac[n], c2lo, c2hi, bcl);
+                    mma_k16(ac[n], c1lo, c1hi, bqh);
+                    mma_k16(ac[n], c2lo, c2hi, bch);
+                }
+                bool finite = true;
 #pragma unroll
                 for (int n = 0; n < 2; ++n)
 #pragma unroll
-                    for (int hr = 0; hr < 2; ++hr) {
-                        const float2 a = ldf2(DK, fx_el(fe, n, 2 * hr)), b = ldf2(RD, fx_el(fe, n, 2 * hr));
-                        sk[n][2 * hr] = a.x;
-                        sk[n][2 * hr + 1] = a.y;
-                        sg[n][2 * hr] = b.x;
-                        sg[n][2 * hr + 1] = b.y;
-                    }
+                    for (int x = 0; x < 4; ++x)
+                        finite = finite && isfinite(aq[n][x]) && isfinite(ak[n][x]) && isfinite(ac[n][x]);
+                fast = __all_sync(0xffffffffu, finite);
+                if (!fast) {
+#pragma unroll
+                    for (int n = 0; n < 2; ++n)
+#pragma unroll
+                        for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = ac[n][x] = 0.f;
+                }
             }
             // (a) row gradients, off-diagonal blocks J < rb, reference r = 16 rb:
             // out_I = 2^(G_I - G_r) (dA_IJ @ (k_J 2^(G_r - G_J))).
             if (rb > 0) {
                 CAKE_REIDX;
-                float aq[2][4], ak[2][4];
-#pragma unroll
-                for (int n = 0; n < 2; ++n)
-#pragma unroll
-                    for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = 0.f;
                 int gq[2][2], kq[2][4];  // gathers of G and k rows 16 J + 4 t + e, columns d
                 float grn[2];
                 {
@@ -1221,42 +1281,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         mma_k16(ak[n], k1lo, k1hi, bh);
                     }
                 }
-                const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh), be = bf_base(i0, cq, t) ^ (16 * nh);
-                const int fr = fx<128>(r, 32 * cq + 2 * t) ^ (16 * nh);
-#pragma unroll
-                for (int n = 0; n < 2; ++n) {
-                    const float4 q4 = ldq_bf16_el(qs, be, n);
-                    const float4 k4 = ldq_bf16_el(ks, be, n);
-                    const float2 gref = ldf2(gs, fx_el(fr, n, 0));
-#pragma unroll
-                    for (int hr = 0; hr < 2; ++hr) {
-                        const int o = fx_el(fe, n, 2 * hr);
-                        const float2 gi = ldf2(gs, o);
-                        float2 rc = ldf2(RC, o);
-#pragma unroll
-                        for (int x = 0; x < 2; ++x) {
-                            const int e = 2 * hr + x;
-                            const float erf = cake_ex2(g2(gi, x) - g2(gref, x));
-                            const float dqo = erf * aq[n][e], dkr = erf * ak[n][e];
-                            const float qn = g4(q4, e) * (e < 2 ? rq0 : rq1);
-                            const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
-                            e2(rc, x) += dqo;
-                            sk[n][e] += dkr;
-                            sg[n][e] += qn * dqo + kn * dkr;
-                        }
-                        stf2(RC, o, rc.x, rc.y);
-                    }
-                }
             }
             // (b) column gradients, off-diagonal blocks I > rb, reference er = last row of block rb:
-            // out_J = 2^(G_er - G_J) (dA_IJ^T @ (a_I 2^(G_I - G_er))).
+            // out_J = 2^(G_er - G_J) (dA_IJ^T @ (a_I 2^(G_I - G_er))), the dAqk and dAkk terms in
+            // one accumulator (dq takes none of them; dk and dGamma their sum).
             if (rb < 3) {
                 CAKE_REIDX;
-                float aq[2][4], ak[2][4];
-#pragma unroll
-                for (int n = 0; n < 2; ++n)
-#pragma unroll
-                    for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = 0.f;
                 // gathers: dA^T rows (columns i0, i1 of T / Akk), G / q / k rows 16 I + 4 t + e
                 const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
                 const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
@@ -1293,191 +1323,101 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                             split_tf32(cake_bf16_to_f32(qI[bq[n][e]]) * rqf(i) * f, e4(bqh, e), e4(bql, e));
                             split_tf32(cake_bf16_to_f32(kI[bq[n][e]]) * rkf(i) * f, e4(bkh, e), e4(bkl, e));
                         }
-                        mma_k16(aq[n], q1lo, q1hi, bql);
-                        mma_k16(aq[n], q1lo, q1hi, bqh);
-                        mma_k16(ak[n], k1lo, k1hi, bkl);
-                        mma_k16(ak[n], k1lo, k1hi, bkh);
-                    }
-                }
-                const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh), be = bf_base(i0, cq, t) ^ (16 * nh);
-                const int fq = fx<128>(er, 32 * cq + 2 * t) ^ (16 * nh);
-#pragma unroll
-                for (int n = 0; n < 2; ++n) {
-                    const float4 k4 = ldq_bf16_el(ks, be, n);
-                    const float2 gend = ldf2(gs, fx_el(fq, n, 0));
-                    const float2 g_i[2] = {ldf2(gs, fx_el(fe, n, 0)), ldf2(gs, fx_el(fe, n, 2))};
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const float f = cake_ex2(g2(gend, e & 1) - g2(g_i[e >> 1], e & 1));
-                        const float dko = f * (aq[n][e] + ak[n][e]);
-                        const float kn = g4(k4, e) * (e < 2 ? rk0 : rk1);
-                        sk[n][e] += dko;
-                        sg[n][e] -= kn * dko;
+                        mma_k16(ac[n], q1lo, q1hi, bql);
+                        mma_k16(ac[n], k1lo, k1hi, bkl);
+                        mma_k16(ac[n], q1lo, q1hi, bqh);
+                        mma_k16(ac[n], k1lo, k1hi, bkh);
                     }
                 }
             }
-            // (c) diagonal block rb. For each own row i and every row u of the block: u < i is a
-            // row-gradient term of i, u > i a column-gradient term of i (as j), u = i the diagonal
-            // pair, which goes to dq / dk but never to dGamma. On the fast span: tensor cores, rows as
-            // in (a) (reference r, u < i kept by masking dA), columns as in (b) (reference er, u > i
-            // kept); otherwise, or if a product overflowed, exact elementwise fp32.
+            // The epilogue: each element of dq (RC), dk (DK) and dGamma (RD) loaded once, its terms
+            // added, stored once. The diagonal pair (s dAqk_ii) here on the fast span, else in the
+            // exact pass below.
             {
                 CAKE_REIDX;
-                const int j0 = 16 * rb + 4 * t;
-                bool fast = fast_span;
-                float arq[2][4], ark[2][4], acl[2][4];
+                const float td0 = TT[fx<64>(i0, i0)], td1 = TT[fx<64>(i1, i1)];  // s dAqk_ii
+                const float dd0 = fast ? td0 : 0.f, dd1 = fast ? td1 : 0.f;
+                const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh), be = bf_base(i0, cq, t) ^ (16 * nh);
+                const int fr = fx<128>(r, 32 * cq + 2 * t) ^ (16 * nh), fq = fx<128>(er, 32 * cq + 2 * t) ^ (16 * nh);
 #pragma unroll
-                for (int n = 0; n < 2; ++n)
-#pragma unroll
-                    for (int x = 0; x < 4; ++x) arq[n][x] = ark[n][x] = acl[n][x] = 0.f;
-                if (fast) {
-                    // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32 (the column operands
-                    // from per-column offsets, as in (b)).
-                    const int a0 = fx<64>(i0, 4 * t) ^ (16 * rb), a1 = fx<64>(i1, 4 * t) ^ (16 * rb);  // columns j0
-                    const float4 a1lo = r4(keep_below(ldf4(TT, a0), j0, i0));
-                    const float4 a1hi = r4(keep_below(ldf4(TT, a1), j0, i1));
-                    const float4 a2lo = r4(keep_below(ldf4(AK, a0), j0, i0));
-                    const float4 a2hi = r4(keep_below(ldf4(AK, a1), j0, i1));
-                    const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
-                    const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
-                    const float4 c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
-                    const float4 c1hi = r4(keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1));
-                    const float4 c2lo = r4(keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0));
-                    const float4 c2hi = r4(keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1));
-                    // The B gathers (rows u = 16 rb + 4 t + e) from per-column offsets, as in (a), (b).
-                    const float* gR = gs + 2048 * rb;
-                    const unsigned short* kR = ks + 2048 * rb;
-                    const unsigned short* qR = qs + 2048 * rb;
-                    const int mx = 16 * nh, dg = 32 * cq + g;  // as in (a)
-                    const int fr = fx<128>(r, dg) ^ mx, fq = fx<128>(er, dg) ^ mx, tq = tg_col(128, t, dg, 0) ^ mx;
-#pragma unroll
-                    for (int n = 0; n < 2; ++n) {
-                        const float gr = gs[fr ^ (8 * n)], ge = gs[fq ^ (8 * n)];
-                        const int gq0 = tq ^ (8 * n), gq1 = gq0 ^ 16;
-                        // B = hi + lo, both TF32 (error ~2^-22): the row and column terms of a pair
-                        // enter dGamma with opposite signs and cancel in dg's reverse cumsum, so
-                        // their factors must not carry independent TF32 errors. dA's rounding is
-                        // shared by both terms (the same rtf32 of the same value) and cancels.
-                        float4 bkh, bkl, bqh, bql, bch, bcl;
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int u = j0 + e, bq = bf_col(t, dg, e) ^ mx ^ (8 * n);
-                            const float gu = gR[((e & 1) ? gq1 : gq0) + 128 * e];
-                            const float ku = cake_bf16_to_f32(kR[bq]) * rkf(u), qu = cake_bf16_to_f32(qR[bq]) * rqf(u);
-                            const float f = cake_ex2(gu - ge);
-                            split_tf32(ku * cake_ex2(gr - gu), e4(bkh, e), e4(bkl, e));
-                            split_tf32(qu * f, e4(bqh, e), e4(bql, e));
-                            split_tf32(ku * f, e4(bch, e), e4(bcl, e));
-                        }
-                        mma_k16(arq[n], a1lo, a1hi, bkl);
-                        mma_k16(arq[n], a1lo, a1hi, bkh);
-                        mma_k16(ark[n], a2lo, a2hi, bkl);
-                        mma_k16(ark[n], a2lo, a2hi, bkh);
-                        mma_k16(acl[n], c1lo, c1hi, bql);
-                        mma_k16(acl[n], c2lo, c2hi, bcl);
-                        mma_k16(acl[n], c1lo, c1hi, bqh);
-                        mma_k16(acl[n], c2lo, c2hi, bch);
-                    }
-                    bool finite = true;
-#pragma unroll
-                    for (int n = 0; n < 2; ++n)
-#pragma unroll
-                        for (int x = 0; x < 4; ++x)
-                            finite = finite && isfinite(arq[n][x]) && isfinite(ark[n][x]) && isfinite(acl[n][x]);
-                    fast = __all_sync(0xffffffffu, finite);
-                }
-                const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh);
-                auto store_sums = [&]() {
-#pragma unroll
-                    for (int n = 0; n < 2; ++n)
-#pragma unroll
-                        for (int hr = 0; hr < 2; ++hr) {
-                            stf2(DK, fx_el(fe, n, 2 * hr), sk[n][2 * hr], sk[n][2 * hr + 1]);
-                            stf2(RD, fx_el(fe, n, 2 * hr), sg[n][2 * hr], sg[n][2 * hr + 1]);
-                        }
-                };
-                if (fast) {
-                    const float dd0 = TT[fx<64>(i0, i0)], dd1 = TT[fx<64>(i1, i1)];  // s dAqk_ii
-                    const int be = bf_base(i0, cq, t) ^ (16 * nh);
-                    const int fr = fx<128>(r, 32 * cq + 2 * t) ^ (16 * nh), fq = fx<128>(er, 32 * cq + 2 * t) ^ (16 * nh);
-#pragma unroll
-                    for (int n = 0; n < 2; ++n) {
-                        const float4 q4 = ldq_bf16_el(qs, be, n);
-                        const float4 k4 = ldq_bf16_el(ks, be, n);
-                        const float2 gref = ldf2(gs, fx_el(fr, n, 0)), gend = ldf2(gs, fx_el(fq, n, 0));
-#pragma unroll
-                        for (int hr = 0; hr < 2; ++hr) {
-                            const int o = fx_el(fe, n, 2 * hr);
-                            const float2 g_i = ldf2(gs, o);
-                            float2 rc = ldf2(RC, o);
-#pragma unroll
-                            for (int x = 0; x < 2; ++x) {
-                                const int e = 2 * hr + x;
-                                const float gi = g2(g_i, x);
-                                const float erf = cake_ex2(gi - g2(gref, x));
-                                const float fc = cake_ex2(g2(gend, x) - gi);
-                                const float rq_ = erf * arq[n][e], rk_ = erf * ark[n][e], col = fc * acl[n][e];
-                                const float qi = g4(q4, e) * (e < 2 ? rq0 : rq1);
-                                const float ki = g4(k4, e) * (e < 2 ? rk0 : rk1);
-                                const float dd = e < 2 ? dd0 : dd1;
-                                e2(rc, x) += rq_ + dd * ki;
-                                sk[n][e] += rk_ + col + dd * qi;
-                                sg[n][e] += qi * rq_ + ki * rk_ - ki * col;
-                            }
-                            stf2(RC, o, rc.x, rc.y);
-                        }
-                    }
-                    store_sums();
-                } else {  // exact elementwise fp32, n-tiles 2 nh, 2 nh + 1, on shared memory (rare)
-                    store_sums();
+                for (int n = 0; n < 2; ++n) {
+                    const float4 q4 = ldq_bf16_el(qs, be, n);
+                    const float4 k4 = ldq_bf16_el(ks, be, n);
+                    const float2 gref = ldf2(gs, fx_el(fr, n, 0)), gend = ldf2(gs, fx_el(fq, n, 0));
 #pragma unroll
                     for (int hr = 0; hr < 2; ++hr) {
-                        const int i = hr == 0 ? i0 : i1;
-                        const float rqi = hr == 0 ? rq0 : rq1, rki = hr == 0 ? rk0 : rk1;
-                        float qi[4], ki[4], gi[4], rq_[4], rk_[4], cq_[4], ck_[4];
+                        const int o = fx_el(fe, n, 2 * hr);
+                        const float2 g_i = ldf2(gs, o);
+                        float2 rc = ldf2(RC, o), sk = ldf2(DK, o), sg = ldf2(RD, o);
+#pragma unroll
+                        for (int x = 0; x < 2; ++x) {
+                            const int e = 2 * hr + x;
+                            const float gi = g2(g_i, x);
+                            const float erf = cake_ex2(gi - g2(gref, x));
+                            const float fc = cake_ex2(g2(gend, x) - gi);
+                            const float rq_ = erf * aq[n][e], rk_ = erf * ak[n][e], col = fc * ac[n][e];
+                            const float qi = g4(q4, e) * (e < 2 ? rq0 : rq1);
+                            const float ki = g4(k4, e) * (e < 2 ? rk0 : rk1);
+                            const float dd = e < 2 ? dd0 : dd1;
+                            e2(rc, x) += rq_ + dd * ki;
+                            e2(sk, x) += rk_ + col + dd * qi;
+                            e2(sg, x) += qi * rq_ + ki * rk_ - ki * col;
+                        }
+                        stf2(RC, o, rc.x, rc.y);
+                        stf2(DK, o, sk.x, sk.y);
+                        stf2(RD, o, sg.x, sg.y);
+                    }
+                }
+            }
+            if (!fast) {  // (c) in exact elementwise fp32, n-tiles 2 nh, 2 nh + 1, on shared memory (rare)
+                CAKE_REIDX;
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int i = hr == 0 ? i0 : i1;
+                    const float rqi = hr == 0 ? rq0 : rq1, rki = hr == 0 ? rk0 : rk1;
+                    float qi[4], ki[4], gi[4], rq_[4], rk_[4], cq_[4], ck_[4];
+#pragma unroll
+                    for (int x = 0; x < 4; ++x) {
+                        const int d = 32 * cq + 8 * (2 * nh + (x >> 1)) + 2 * t + (x & 1);
+                        qi[x] = cake_ld1_bf16(qs, i, d) * rqi;
+                        ki[x] = cake_ld1_bf16(ks, i, d) * rki;
+                        gi[x] = gs[fx<128>(i, d)];
+                        rq_[x] = rk_[x] = cq_[x] = ck_[x] = 0.f;
+                    }
+#pragma unroll 2
+                    for (int uu = 0; uu < 16; ++uu) {
+                        const int u = 16 * rb + uu;
+                        const bool lo = u < i, hi = u > i;
+                        // u < i: dA[i][u] (row terms);  u > i: dA[u][i] (column terms)
+                        const int ra = hi ? u : i, ca = hi ? i : u;
+                        const float a1 = TT[fx<64>(ra, ca)], a2 = AK[fx<64>(ra, ca)];
+                        const float rqu = rqf(u), rku = rkf(u);
 #pragma unroll
                         for (int x = 0; x < 4; ++x) {
                             const int d = 32 * cq + 8 * (2 * nh + (x >> 1)) + 2 * t + (x & 1);
-                            qi[x] = cake_ld1_bf16(qs, i, d) * rqi;
-                            ki[x] = cake_ld1_bf16(ks, i, d) * rki;
-                            gi[x] = gs[fx<128>(i, d)];
-                            rq_[x] = rk_[x] = cq_[x] = ck_[x] = 0.f;
-                        }
-#pragma unroll 2
-                        for (int uu = 0; uu < 16; ++uu) {
-                            const int u = 16 * rb + uu;
-                            const bool lo = u < i, hi = u > i;
-                            // u < i: dA[i][u] (row terms);  u > i: dA[u][i] (column terms)
-                            const int ra = hi ? u : i, ca = hi ? i : u;
-                            const float a1 = TT[fx<64>(ra, ca)], a2 = AK[fx<64>(ra, ca)];
-                            const float rqu = rqf(u), rku = rkf(u);
-#pragma unroll
-                            for (int x = 0; x < 4; ++x) {
-                                const int d = 32 * cq + 8 * (2 * nh + (x >> 1)) + 2 * t + (x & 1);
-                                const float gu = gs[fx<128>(u, d)];
-                                const float ku = cake_ld1_bf16(ks, u, d) * rku;
-                                if (lo) {
-                                    const float E = cake_ex2(gi[x] - gu);
-                                    rq_[x] = fmaf(a1 * ku, E, rq_[x]);
-                                    rk_[x] = fmaf(a2 * ku, E, rk_[x]);
-                                } else if (hi) {
-                                    const float qu = cake_ld1_bf16(qs, u, d) * rqu;
-                                    const float E = cake_ex2(gu - gi[x]);
-                                    cq_[x] = fmaf(a1 * qu, E, cq_[x]);
-                                    ck_[x] = fmaf(a2 * ku, E, ck_[x]);
-                                }
+                            const float gu = gs[fx<128>(u, d)];
+                            const float ku = cake_ld1_bf16(ks, u, d) * rku;
+                            if (lo) {
+                                const float E = cake_ex2(gi[x] - gu);
+                                rq_[x] = fmaf(a1 * ku, E, rq_[x]);
+                                rk_[x] = fmaf(a2 * ku, E, rk_[x]);
+                            } else if (hi) {
+                                const float qu = cake_ld1_bf16(qs, u, d) * rqu;
+                                const float E = cake_ex2(gu - gi[x]);
+                                cq_[x] = fmaf(a1 * qu, E, cq_[x]);
+                                ck_[x] = fmaf(a2 * ku, E, ck_[x]);
                             }
                         }
-                        const float dd = TT[fx<64>(i, i)];  // s dAqk_ii: the diagonal pair, kept out of dGamma
+                    }
+                    const float dd = TT[fx<64>(i, i)];  // s dAqk_ii: the diagonal pair, kept out of dGamma
 #pragma unroll
-                        for (int x = 0; x < 4; ++x) {
-                            const int n = x >> 1, e = 2 * hr + (x & 1);
-                            const float col = cq_[x] + ck_[x];
-                            const int d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
-                            RC[fx<128>(i, d)] += rq_[x] + dd * ki[x];
-                            DK[fx<128>(i, d)] += rk_[x] + col + dd * qi[x];
-                            RD[fx<128>(i, d)] += qi[x] * rq_[x] + ki[x] * rk_[x] - ki[x] * col;
-                        }
+                    for (int x = 0; x < 4; ++x) {
+                        const int n = x >> 1, e = 2 * hr + (x & 1);
+                        const float col = cq_[x] + ck_[x];
+                        const int d = 32 * cq + 8 * (2 * nh + n) + 2 * t + (e & 1);
+                        RC[fx<128>(i, d)] += rq_[x] + dd * ki[x];
+                        DK[fx<128>(i, d)] += rk_[x] + col + dd * qi[x];
+                        RD[fx<128>(i, d)] += qi[x] * rq_[x] + ki[x] * rk_[x] - ki[x] * col;
                     }
                 }
             }
