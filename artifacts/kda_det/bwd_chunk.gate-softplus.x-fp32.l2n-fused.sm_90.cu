@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:5fecdd0c11c117e10c9a2e97e30cadb49b1e5b731cb3bf1edcbe459c44a4d494
+// identity: sha256:a5e727aef1cc89428cdbbc8e6e56d207ddcc4f1eb3ca3a00c031cb2a133b5811
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -1164,10 +1164,13 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             // aq / ak the row terms through dAqk / dAkk, ac the column terms through both.
             // Elements of column block 2 nh + n: fx_el / bf_el of block n from bases XOR-ed by 16 nh.
             float aq[2][4], ak[2][4], ac[2][4];
+            auto clear = [&]() {
 #pragma unroll
-            for (int n = 0; n < 2; ++n)
+                for (int n = 0; n < 2; ++n)
 #pragma unroll
-                for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = ac[n][x] = 0.f;
+                    for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = ac[n][x] = 0.f;
+            };
+            clear();
             // (c) diagonal block rb, first. For each own row i and every row u of the block: u < i
             // is a row-gradient term of i, u > i a column-gradient term of i (as j), u = i the
             // diagonal pair, which goes to dq / dk but never to dGamma. On the fast span: tensor
@@ -1232,12 +1235,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                     for (int x = 0; x < 4; ++x)
                         finite = finite && isfinite(aq[n][x]) && isfinite(ak[n][x]) && isfinite(ac[n][x]);
                 fast = __all_sync(0xffffffffu, finite);
-                if (!fast) {
-#pragma unroll
-                    for (int n = 0; n < 2; ++n)
-#pragma unroll
-                        for (int x = 0; x < 4; ++x) aq[n][x] = ak[n][x] = ac[n][x] = 0.f;
-                }
+                if (!fast) clear();
             }
             // (a) row gradients, off-diagonal blocks J < rb, reference r = 16 rb:
             // out_I = 2^(G_I - G_r) (dA_IJ @ (k_J 2^(G_r - G_J))).
@@ -1335,7 +1333,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             // exact pass below.
             {
                 CAKE_REIDX;
-                const float td0 = TT[fx<64>(i0, i0)], td1 = TT[fx<64>(i1, i1)];  // s dAqk_ii
+                // s dAqk_ii, loaded on both paths and selected (a conditional load spilled on the sm_90 twins)
+                const float td0 = TT[fx<64>(i0, i0)], td1 = TT[fx<64>(i1, i1)];
                 const float dd0 = fast ? td0 : 0.f, dd1 = fast ? td1 : 0.f;
                 const int fe = fx<128>(i0, 32 * cq + 2 * t) ^ (16 * nh), be = bf_base(i0, cq, t) ^ (16 * nh);
                 const int fr = fx<128>(r, 32 * cq + 2 * t) ^ (16 * nh), fq = fx<128>(er, 32 * cq + 2 * t) ^ (16 * nh);
