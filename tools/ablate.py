@@ -447,6 +447,77 @@ _WSPLIT = _WQ_STORES + [
 # What the fused L2 norm adds to kda_fwd_chunk (sized in session 31): the norms themselves (nonorm:
 # the warps' sums over q's and k's rows and the reciprocals; rq / rk left as they are), their
 # products with q and k in every phase (norq: rq = rk = 1), and R_out's stores (nor)
+# kda_fwd_chunk's phases, one ablation each (both gate forms' l2n-off programs)
+FWD_CHUNK_PHASES = {
+    # every block reads its head's first chunk (L2 hits); G_out still goes to its own rows
+    "noload": [
+        (
+            "const long long in_base = (long long)t0 * tok_stride + (long long)h * 128;",
+            "const long long in_base = (long long)h * 128;\n"
+            "    const long long out_base = (long long)t0 * tok_stride + (long long)h * 128;",
+        ),
+        ("const long long go0 = in_base +", "const long long go0 = out_base +"),
+        ("(beta, (long long)(t0 + tid) * H + h,", "(beta, (long long)tid * H + h,"),
+    ],
+    # every block writes the first chunk's tiles (L2 hits, no DRAM writes)
+    "nostores": [
+        ("float* out = Qg + ws * 8192;", "float* out = Qg;"),
+        ("float* aout = Aqk + ws * 4096;", "float* aout = Aqk;"),
+        ("float* kout = Kd + ws * 8192;", "float* kout = Kd;"),
+        (
+            "float* const out = (isW ? W : U) + ws * 8192 +",
+            "float* const out = (isW ? W : U) +",
+        ),
+        ("float* ta = TA_out + ws * 4096;", "float* ta = TA_out;"),
+        ("const long long go0 = in_base +", "const long long go0 = (long long)h * 128 +"),
+    ],
+    "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
+    # one phase each: its share of the block's serial path
+    "nocumsum": [  # both levels of Gamma's sums
+        ("if (r0 + i < L) acc = cake_gamma_add", "if (false) acc = cake_gamma_add"),
+        ("for (int v = 0; v < warp; ++v) {", "for (int v = 0; v < 0; ++v) {"),
+    ],
+    "noqk": [("if (nt > 0) qk_tiles(bi, bj0, nt);", "(void)nt;")],
+    "noqg": [("idx < 64 * 32; idx += 64", "idx < 0; idx += 64")],
+    "nokd": [("task < 64; task += 6", "task < 0; task += 6")],
+    "not2": [  # the T solve's second level (the 32 x 32 lower-left block)
+        ("s4 = 4 * (c2 >> 2); s4 < 8; ++s4", "s4 = 4 * (c2 >> 2); s4 < 0; ++s4"),
+        ("q4 < q4end; ++q4", "q4 < 0; ++q4"),
+    ],
+    "nowu": [("for (int kp = 0; kp < 4; ++kp) {", "for (int kp = 0; kp < 0; ++kp) {")],
+    # the qk tiles' and W | U's k-loops at half their steps (their operand formation halves
+    # too, which fp16 operands would not do: an upper bound of what fp16 could take off)
+    "halfk": [
+        (
+            "for (int kp = 0; kp < 8; ++kp) {\n            const int xk = 16 * kp;",
+            "for (int kp = 0; kp < 4; ++kp) {\n            const int xk = 16 * kp;",
+        ),
+        (
+            "for (int kp = 0; kp < 4; ++kp) {\n            unsigned int bf[4][4];",
+            "for (int kp = 0; kp < 2; ++kp) {\n            unsigned int bf[4][4];",
+        ),
+    ],
+    # what only the saved path writes (the backward's G, T and Akk): their cost in its launch
+    "nokeep": [
+        ("if (G_out != nullptr && r < L)", "if (false)"),
+        ("if (TA_out != nullptr) {", "if (false) {"),
+    ],
+    "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
+    "nota": [("if (TA_out != nullptr) {", "if (false) {")],
+    # the diagonal blocks' inverses (warps 0-1): every substitution sum skipped
+    "noinv": [("for (int kk = 0; kk < i; kk += 4) {", "for (int kk = 0; kk < 0; kk += 4) {")],
+    # the T solve's first level (blocks (1,0) and (3,2))
+    "not1": [
+        ("for (int s4 = 4 * b; s4 < 4 * a; ++s4)", "for (int s4 = 4 * b; s4 < 4 * b; ++s4)"),
+        ("for (int q4 = 0; q4 < 4; ++q4) fma_row4(y", "for (int q4 = 0; q4 < 0; ++q4) fma_row4(y"),
+    ],
+    # Aqk's store loop (warps 2-7, beside the inverses)
+    "noaqk": [("idx < 64 * 16; idx += 192", "idx < 0; idx += 192")],
+    # the raw gate's activation: x taken as the log gate (kGate 0's step)
+    "noact": [("acc = cake_gamma_add<kGate>(", "acc = cake_gamma_add<0>(")],
+}
+
+
 _FUSED_FWD = {
     "nonorm": [
         (
@@ -572,67 +643,13 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
         **FWD_CHUNK_STORES,
-        # every block reads its head's first chunk (L2 hits); G_out still goes to its own rows
-        "noload": [
-            (
-                "const long long in_base = (long long)t0 * tok_stride + (long long)h * 128;",
-                "const long long in_base = (long long)h * 128;\n"
-                "    const long long out_base = (long long)t0 * tok_stride + (long long)h * 128;",
-            ),
-            ("const long long go0 = in_base +", "const long long go0 = out_base +"),
-            ("(beta, (long long)(t0 + tid) * H + h,", "(beta, (long long)tid * H + h,"),
-        ],
-        # every block writes the first chunk's tiles (L2 hits, no DRAM writes)
-        "nostores": [
-            ("float* out = Qg + ws * 8192;", "float* out = Qg;"),
-            ("float* aout = Aqk + ws * 4096;", "float* aout = Aqk;"),
-            ("float* kout = Kd + ws * 8192;", "float* kout = Kd;"),
-            (
-                "float* const out = (isW ? W : U) + ws * 8192 +",
-                "float* const out = (isW ? W : U) +",
-            ),
-            ("float* ta = TA_out + ws * 4096;", "float* ta = TA_out;"),
-            ("const long long go0 = in_base +", "const long long go0 = (long long)h * 128 +"),
-        ],
-        "nomma": [("NOOP:", "#define cake_mma_tf32(...) ((void)0)")],
-        # one phase each: its share of the block's serial path
-        "nocumsum": [  # both levels of Gamma's sums
-            ("if (r0 + i < L) acc = cake_gamma_add", "if (false) acc = cake_gamma_add"),
-            ("for (int v = 0; v < warp; ++v) {", "for (int v = 0; v < 0; ++v) {"),
-        ],
-        "noqk": [("if (nt > 0) qk_tiles(bi, bj0, nt);", "(void)nt;")],
-        "noqg": [("idx < 64 * 32; idx += 64", "idx < 0; idx += 64")],
-        "nokd": [("task < 64; task += 6", "task < 0; task += 6")],
-        "not2": [  # the T solve's second level (the 32 x 32 lower-left block)
-            ("s4 = 4 * (c2 >> 2); s4 < 8; ++s4", "s4 = 4 * (c2 >> 2); s4 < 0; ++s4"),
-            ("q4 < q4end; ++q4", "q4 < 0; ++q4"),
-        ],
-        "nowu": [("for (int kp = 0; kp < 4; ++kp) {", "for (int kp = 0; kp < 0; ++kp) {")],
-        # the qk tiles' and W | U's k-loops at half their steps (their operand formation halves
-        # too, which fp16 operands would not do: an upper bound of what fp16 could take off)
-        "halfk": [
-            (
-                "for (int kp = 0; kp < 8; ++kp) {\n            const int xk = 16 * kp;",
-                "for (int kp = 0; kp < 4; ++kp) {\n            const int xk = 16 * kp;",
-            ),
-            (
-                "for (int kp = 0; kp < 4; ++kp) {\n            unsigned int bf[4][4];",
-                "for (int kp = 0; kp < 2; ++kp) {\n            unsigned int bf[4][4];",
-            ),
-        ],
-        # what only the saved path writes (the backward's G, T and Akk): their cost in its launch
-        "nokeep": [
-            ("if (G_out != nullptr && r < L)", "if (false)"),
-            ("if (TA_out != nullptr) {", "if (false) {"),
-        ],
-        "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
-        "nota": [("if (TA_out != nullptr) {", "if (false) {")],
+        **FWD_CHUNK_PHASES,
     },
     "fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a": _FUSED_FWD,
     "fwd_chunk.gate-g.l2n-fused.sm_90a": _FUSED_FWD,
     "fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a": {
         **FWD_CHUNK_STORES,
-        "nog": [("if (G_out != nullptr && r < L)", "if (false)")],
+        **FWD_CHUNK_PHASES,
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
     },

@@ -39,6 +39,10 @@ def main() -> None:
         "--fill-blocks", type=int, default=None,
         help="try the automatic P rule with this BLOCKS_PER_ROW_HEAD (cake.kda.segments)",
     )  # fmt: skip
+    p.add_argument(
+        "--gaps", action="store_true",
+        help="also the GPU's idle time between the kernels of back-to-back forwards",
+    )  # fmt: skip
     args = p.parse_args()
     (v,) = parse_variants(args.variant)
     if args.seg_chunks is not None:
@@ -71,6 +75,39 @@ def main() -> None:
         print(
             f"  {sum(total.values()):9.1f}  total kernel time, {wall:.1f} wall (forward alone"
             f" {fwd:.1f}); peak memory of one fwd+bwd {peak:.0f} MiB"
+        )
+        if args.gaps:
+            print_gaps(forward, args.calls, "forward")
+            print_gaps(step, args.calls, "fwd+bwd")
+
+
+def print_gaps(fn, calls: int, what: str) -> None:
+    """Back-to-back calls of fn under the profiler: each kernel's mean duration and the mean idle
+    time before it (the previous kernel's end to its start, the first kernel's across calls)."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    kernels = sorted(
+        (e.time_range.start, e.time_range.end, e.name)
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+    )
+    gap: dict[str, list[float]] = defaultdict(list)
+    dur: dict[str, list[float]] = defaultdict(list)
+    for (_, end0, _), (start, end, name) in zip(kernels, kernels[1:], strict=False):
+        gap[name].append(start - end0)
+        dur[name].append(end - start)
+    span = kernels[-1][1] - kernels[0][0]
+    print(
+        f"  {what} x{calls}, us per call: span {span / calls:.1f}, kernels then the idle before each"
+    )
+    for name in dur:
+        print(
+            f"  {sum(dur[name]) / len(dur[name]):9.1f}  idle before {sum(gap[name]) / len(gap[name]):6.1f}"
+            f"  x{len(dur[name])}  {name[:60]}"
         )
 
 
