@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:dac2b1730e4b0715de5a68bbde8cb8a874437634bf9e6ebeb1dee70d048a1c47
+// identity: sha256:798e48359913b6d76a30b8339e92eb1559a59a834f66adf3f16fcd9f2f1b3fef
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -792,7 +792,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
 
     // ---- warps 0-1: inverses of the four diagonal blocks of (I + M), one column per thread,
     // by forward substitution (x_k = 0 above the column's diagonal, so the sums run uniformly
-    // from 0 and add exact zeros). Warps 2-7: write out Aqk, Kd and gl meanwhile.
+    // from 0 and add exact zeros). Warps 2-7: write out Aqk, Kd and gl meanwhile; the inverses
+    // end first, so warps 0-1 then take Kd's last tasks (kKdSplit: 6 of the 64 measured -0.5 %
+    // raw off, -1.2 % g off, -0.7 % raw fused; 10 of them -0.1 / -0.2 / -1.1 %: docs/notes.md,
+    // session 36).
+    // Kd transposed: a warp writes two whole 256-byte rows (dims) of it per task.
+    constexpr int kKdSplit = 58;
+    auto kd_task = [&](const int task) {
+        const int d = 2 * task + (lane >> 4), r0 = 4 * (lane & 15);
+        const float gend = gs[at_gam(L - 1, d >> 2) + (d & 3)];
+        float y[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = r0 + e;
+            const float kv = cake_ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
+            y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
+        }
+        cake_st_global_v4(Kd + ws * 8192 + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));
+    };
     float tcol[16];
     if (warp < 2) {
         const int b = tid >> 4, cc = tid & 15;
@@ -821,6 +838,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 tcol[i] = i == cc ? 1.f : (i > cc ? -(bs[row] * (s0 + s1)) : 0.f);
             }
         }
+        for (int task = kKdSplit + warp; task < 64; task += 2) kd_task(task);
     } else {
         float* aout = Aqk + ws * 4096;
         for (int idx = tid - 64; idx < 64 * 16; idx += 192) {
@@ -833,20 +851,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.w = 4 * c4 + 3 <= r ? rtf32(a.w) : 0.f;
             cake_st_global_v4(aout + out_aqk(r, 4 * c4), y);
         }
-        // Kd transposed: a warp writes two whole 256-byte rows (dims) of it per store.
-        float* kout = Kd + ws * 8192;
-        for (int task = warp - 2; task < 64; task += 6) {
-            const int d = 2 * task + (lane >> 4), r0 = 4 * (lane & 15);
-            const float gend = gs[at_gam(L - 1, d >> 2) + (d & 3)];
-            float y[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = r0 + e;
-                const float kv = cake_ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
-                y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
-            }
-            cake_st_global_v4(kout + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));
-        }
+        for (int task = warp - 2; task < kKdSplit; task += 6) kd_task(task);
         if (tid >= 128) {
             const int d = tid - 128;
             gl[ws * 128 + d] = cake_ex2(gs[at_gam(L - 1, d >> 2) + (d & 3)]);
