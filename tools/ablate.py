@@ -392,7 +392,7 @@ FWD_CHUNK_STORES = {
 # ("qa"), or of W, Kd, Qg and Aqk ("4"), stored / copied / loaded; no conversion work counted.
 _QG_ST = "cake_st_global_v4(out + out_qg(r, 4 * c4), y);"
 _AQK_ST = "cake_st_global_v4(aout + out_aqk(r, 4 * c4), y);"
-_KD_ST = "cake_st_global_v4(kout + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));"
+_KD_ST = "cake_st_global_v4(Kd + ws * 8192 + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));"
 _W_ST = (
     "*reinterpret_cast<float2*>(out + mi * step16) = make_float2(x.x, x.y);\n"
     "                *reinterpret_cast<float2*>(out + mi * step16 + step8) = make_float2(x.z, x.w);"
@@ -463,7 +463,10 @@ FWD_CHUNK_PHASES = {
     "nostores": [
         ("float* out = Qg + ws * 8192;", "float* out = Qg;"),
         ("float* aout = Aqk + ws * 4096;", "float* aout = Aqk;"),
-        ("float* kout = Kd + ws * 8192;", "float* kout = Kd;"),
+        (
+            "cake_st_global_v4(Kd + ws * 8192 + out_kd(d, r0)",
+            "cake_st_global_v4(Kd + out_kd(d, r0)",
+        ),
         (
             "float* const out = (isW ? W : U) + ws * 8192 +",
             "float* const out = (isW ? W : U) +",
@@ -479,7 +482,12 @@ FWD_CHUNK_PHASES = {
     ],
     "noqk": [("if (nt > 0) qk_tiles(bi, bj0, nt);", "(void)nt;")],
     "noqg": [("idx < 64 * 32; idx += 64", "idx < 0; idx += 64")],
-    "nokd": [("task < 64; task += 6", "task < 0; task += 6")],
+    "nokd": [
+        (
+            "auto kd_task = [&](const int task) {",
+            "auto kd_task = [&](const int task) {\n        return;",
+        )
+    ],
     "not2": [  # the T solve's second level (the 32 x 32 lower-left block)
         ("s4 = 4 * (c2 >> 2); s4 < 8; ++s4", "s4 = 4 * (c2 >> 2); s4 < 0; ++s4"),
         ("q4 < q4end; ++q4", "q4 < 0; ++q4"),
