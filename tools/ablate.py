@@ -478,7 +478,7 @@ FWD_CHUNK_PHASES = {
     # one phase each: its share of the block's serial path
     "nocumsum": [  # both levels of Gamma's sums
         ("if (r0 + i < L) acc = cake_gamma_add", "if (false) acc = cake_gamma_add"),
-        ("for (int v = 0; v < warp; ++v) {", "for (int v = 0; v < 0; ++v) {"),
+        ("if (v >= warp) break;", "break;"),
     ],
     "noqk": [("if (nt > 0) qk_tiles(bi, bj0, nt);", "(void)nt;")],
     "noqg": [("idx < 64 * 32; idx += 64", "idx < 0; idx += 64")],
@@ -489,8 +489,8 @@ FWD_CHUNK_PHASES = {
         )
     ],
     "not2": [  # the T solve's second level (the 32 x 32 lower-left block)
-        ("s4 = 4 * (c2 >> 2); s4 < 8; ++s4", "s4 = 4 * (c2 >> 2); s4 < 0; ++s4"),
-        ("q4 < q4end; ++q4", "q4 < 0; ++q4"),
+        ("if (s4 >= 4 * (c2 >> 2)) fma_row4", "if (false) fma_row4"),
+        ("if (q4 < q4end) fma_row4", "if (false) fma_row4"),
     ],
     "nowu": [("for (int kp = 0; kp < 4; ++kp) {", "for (int kp = 0; kp < 0; ++kp) {")],
     # the qk tiles' and W | U's k-loops at half their steps (their operand formation halves
