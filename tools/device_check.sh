@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU tests (shipped arch, then the sm_90 twins), compute-sanitizer on a small
 # set, accuracy and forward speed against FLA 0.6.0. Logs go to $OUT. Usage on the H200:
-#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed fla-cache kernels diag long long-report speed-long host probe bits ab abtime)
+#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed fla-cache kernels diag long long-report speed-long host timeline probe bits ab abtime)
 # abtime times tree variants built here (`tools/ablate.py build --out DIR --tree p0=<main> --tree
 # new=<worktree> --programs ...`, DIR carried) against AB_REF on each row:variant of AB_ROWS.
 # bits / ab compare this tree with .base (tools/ab_prepare.sh): o and every gradient bitwise (one
@@ -41,6 +41,8 @@ for step in $steps; do
     long) timeout ${TESTS_S:-400} python3 -m pytest -q -m gpu -rf tests/test_kda_long_gpu.py 2>&1 | tee "$OUT/long.log" | tail -12 ;;
     long-report) timeout ${TESTS_S:-400} python3 tools/long_report.py --json "$OUT/long-report.json" 2>&1 | tee "$OUT/long-report.log" | tail -40 ;;
     host) timeout 60 python3 tools/host_profile.py --row ${ROW:-m2} --top 15 2>&1 | tee "$OUT/host.log" | head -25 ;;
+    timeline) # where the host is during back-to-back forwards and steps (is the GPU waiting on it?)
+      for flag in "" --step; do timeout 100 python3 tools/launch_timeline.py --row ${ROW:-4doc} --variant ${VARIANT:-raw:off:saved} $flag 2>&1 | tail -10; done | tee "$OUT/timeline.log" ;;
     speed-long) timeout ${SPEED_S:-400} python3 tools/bench.py --rows long,long4 --impl fla,cake,cake1 --ops fwd,fwd+bwd --variants g:off:saved $TCACHE --json "$OUT/speed-long.json" 2>&1 | tee "$OUT/speed-long.log" | tail -12 ;;
     kernels) timeout 120 python3 tools/kernel_times.py --rows ${ROWS:-1doc,4doc,R2,m2} --variant ${VARIANT:-g:off:saved} 2>&1 | tee "$OUT/kernels.log" | tail -70 ;;
     diag) timeout 120 python3 tools/diag_dbeta.py 2>&1 | tail -12 ;;

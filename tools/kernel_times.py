@@ -41,7 +41,7 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument(
         "--gaps", action="store_true",
-        help="also the GPU's idle time between the kernels of back-to-back forwards",
+        help="also the GPU's idle time between the kernels of back-to-back forwards and steps",
     )  # fmt: skip
     args = p.parse_args()
     (v,) = parse_variants(args.variant)
