@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:1b41786a5fd76cd95d0e6bdede5ed457f49ae8e1efab8343d641ce80af0970c5
+// identity: sha256:5325423b3dca384fae0c8a2ea217ae2cd30038df1a629ddd6edd663d60826c52
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -91,6 +91,12 @@ __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
 __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
 }
 
 __device__ __forceinline__ void cake_cp_async_commit() {

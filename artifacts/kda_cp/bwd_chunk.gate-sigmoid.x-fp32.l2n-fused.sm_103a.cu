@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a
-// identity: sha256:2b93b007aecf15110490079523a33463e3037cc32e34787c3e116451ef088fa5
+// identity: sha256:9cfbf0e5bf4bb69bda771bef8192bfb59c23e81ce0dbf278fd4aa3ceefa8514c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -91,6 +91,12 @@ __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
 __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
 }
 
 __device__ __forceinline__ void cake_cp_async_commit() {

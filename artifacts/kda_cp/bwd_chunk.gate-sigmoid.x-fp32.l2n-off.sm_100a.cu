@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:06a0b1632469548fb0f333b6d90a3f4a1b91a77733999b357c75bb9646eed9ae
+// identity: sha256:3a32a254842d6c67fc09fb89c939478b6cb0c8e2b846273f053591e95e3ee123
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -91,6 +91,12 @@ __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
 __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
 }
 
 __device__ __forceinline__ void cake_cp_async_commit() {

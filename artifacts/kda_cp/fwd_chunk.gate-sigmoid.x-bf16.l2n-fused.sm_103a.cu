@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a
-// identity: sha256:ed70346978a7315d2aec7a92262d8933123637f3d10b8a9b35dfd1c67a2ac743
+// identity: sha256:29fd51cf236e0befa4d822dd8693055ba06a49cb442d1215a000bc62fc9f6238
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -91,6 +91,12 @@ __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
 __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
 }
 
 __device__ __forceinline__ void cake_cp_async_commit() {
@@ -307,6 +313,11 @@ __device__ __forceinline__ void ld4_bf16(const unsigned short* s, int r, int u, 
 // leaves its results bitwise unchanged.
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
+// One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
+// first 8 bytes).
+__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
+__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);
 }
@@ -366,19 +377,25 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     // the barrier, row r of group w is G_r = off_w + local_r with off_w = (((0 + t_0) + t_1) ...
     // + t_{w-1}), t_v group v's total (level 2). Rows >= L add nothing, so they repeat row L-1:
     // every exponent below stays a non-positive difference and padding rows multiply exact zeros.
-    // The raw gates' rows load first (and beta with them): Gamma heads every later product and
-    // their activations are the longer wait, so their loads go out ahead of the tiles' copies
-    // (issued after them, they queued behind 48 KB a block) and the sums run while the tiles land;
-    // v's copies are a group of their own, waited for just before [W | U], its only reader
-    // (session 26: fwd_chunk -4.3..-4.7 % for the raw gates; for gate = g the same order cost
-    // +2.2 % on 1doc; the g programs copy their rows into Gamma's tile first instead).
+    // The gate rows go first, by cp.async into Gamma's tile (a group of their own): Gamma heads
+    // every later product, so they must not queue behind the tiles' 48 KB a block, and in shared
+    // memory they hold no registers while the copies issue. The raw gates also load their
+    // parameters and beta ahead of the copies, and their v's copies are a group of their own,
+    // waited for just before [W | U], its only reader, so the activations and sums run while q
+    // and k land (session 26: the rows into registers ahead of the copies, raw -4.3..-4.7 %;
+    // session 27: the g programs' rows by cp.async, -2.5..-3.3 %; session 37: the raw programs'
+    // too, -3.2 % raw off, -2.0 % raw fused against the register loads, same bits).
     float4 gv[8];  // this thread's gate rows, then their level-1 sums
     {
         const int c4 = lane, r0 = 8 * warp;
         const x_t* const xr = x + in_base + (long long)r0 * tok_stride + 4 * c4;  // row r0; row r0 + i: + i tok_stride
+        // the gate rows into Gamma's tile at the places this thread later writes their Gamma (so
+        // no barrier: a thread reads only its own copies)
+        const int gs0 = at_gam(r0, c4);
 #pragma unroll
         for (int i = 0; i < 8; ++i)
-            gv[i] = r0 + i < L ? cake_load_gate4(xr + i * tok_stride) : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r0 + i < L) cp_gate(gs + gam_row(gs0, i), xr + i * tok_stride);
+        cake_cp_async_commit();
         const float4 bias = *reinterpret_cast<const float4*>(dt_bias + h * 128 + 4 * c4);
         const float ea = expf(A_log[h]);
         float b = 0.f;  // beta of row tid (threads 0-63)
@@ -402,6 +419,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             }
         }
         cake_cp_async_commit();
+        cake_cp_async_wait<2>();  // the gate rows
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            gv[i] = r0 + i < L ? cake_load_gate4(reinterpret_cast<const x_t*>(gs + gam_row(gs0, i))) : make_float4(0.f, 0.f, 0.f, 0.f);
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_100a
-// identity: sha256:34b10ac4a870865a4555983432b62f302ad250b6eb1f8cb930461a098efea275
+// identity: sha256:f561f9dbb93aca7b2cd76a5c3cd7f34498c513a3421e831186c17e72b8080e20
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -15,6 +15,12 @@ __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
 __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
 }
 
 __device__ __forceinline__ void cake_cp_async_commit() {

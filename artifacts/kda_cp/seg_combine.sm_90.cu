@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90
-// identity: sha256:6fc39a953a8892afbfae2691565230204fae858885d1ad09f5052dc5f4532d61
+// identity: sha256:8cd8e731eef442507e03be3e5477087bbf1304ba2076f11c9e6145e39c06f2ba
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -15,6 +15,12 @@ __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
 __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
 }
 
 __device__ __forceinline__ void cake_cp_async_commit() {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90a
-// identity: sha256:2031f103d0a46c5f915af7897703529492d896abb5e60ad7bd0c0af17cca6c17
+// identity: sha256:e5a102f3db2a17e5af12ab21af68fcf09a21d222204f5155630fff717602c960
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -15,6 +15,12 @@ __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
 __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
 }
 
 __device__ __forceinline__ void cake_cp_async_commit() {

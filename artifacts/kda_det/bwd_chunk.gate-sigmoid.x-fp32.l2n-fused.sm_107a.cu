@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a
-// identity: sha256:deae923534289e5d6f757afad24d147b9bbd97c7874105c071d4e5003d676f2e
+// identity: sha256:3ea0ec7395e52d473b8542b50a7c8b2c5941d140d47f081abb415973e0f3f956
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -91,6 +91,12 @@ __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
 __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
 }
 
 __device__ __forceinline__ void cake_cp_async_commit() {

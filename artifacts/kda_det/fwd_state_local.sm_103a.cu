@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:a54738cf8fe16f92f54dc58112e03c833a2d70d91af80b5203f71bc91b639f49
+// identity: sha256:97463d16565aed55cd93105971702fb1bb786ae8ebcb56cba6744991382f4927
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -68,6 +68,12 @@ __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
 __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem_src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
+}
+
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
 }
 
 __device__ __forceinline__ void cake_cp_async_commit() {

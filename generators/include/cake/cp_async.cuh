@@ -13,6 +13,12 @@ __device__ __forceinline__ void cake_cp_async16(void* smem_dst, const void* gmem
                  :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src), "r"(src_bytes) : "memory");
 }
 
+// 8-byte global->shared copy (the .cg form above takes 16 bytes only, so this one goes through L1).
+__device__ __forceinline__ void cake_cp_async8(void* smem_dst, const void* gmem_src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;"
+                 :: "r"(cake_smem_addr(smem_dst)), "l"(gmem_src) : "memory");
+}
+
 __device__ __forceinline__ void cake_cp_async_commit() {
     asm volatile("cp.async.commit_group;" ::: "memory");
 }
