@@ -171,3 +171,19 @@ CASES = {
 def test_bad_input_is_rejected_before_launch(over, error, match):
     with pytest.raises(error, match=re.escape(match)):
         chunk_kda(**inputs(**over))
+
+
+def test_misaligned_views_are_copied_to_aligned_storage():
+    """The programs copy rows in 16-byte pieces: a view at an odd element offset into a larger
+    tensor is passed on as an aligned copy (same values), an aligned tensor as itself."""
+    from cake.kda.validate import ALIGN_BYTES, aligned
+
+    buf = torch.randn(1 + 2 * 128).bfloat16()
+    view = buf[1:].view(2, 128)  # 2 bytes past the buffer's start
+    assert view.data_ptr() % ALIGN_BYTES != 0
+    copy = aligned(view)
+    assert copy is not None and copy.data_ptr() % ALIGN_BYTES == 0
+    assert torch.equal(copy, view)
+    whole = torch.randn(2, 128).bfloat16()
+    assert aligned(whole) is whole
+    assert aligned(None) is None

@@ -9,7 +9,7 @@ import torch
 from ..spec import GateForm, L2Norm
 from . import backward as bwd
 from . import forward as fwd
-from .validate import check_device, check_inputs, check_kwargs, check_unsupported
+from .validate import aligned, check_device, check_inputs, check_kwargs, check_unsupported
 from .workspace import Carved
 
 
@@ -21,6 +21,7 @@ class _ChunkKDA(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, config: fwd.Config):  # noqa: ANN001, ANN205
         keep = config.saved and any(ctx.needs_input_grad)
+        q, k, v, g, beta, initial_state = map(aligned, (q, k, v, g, beta, initial_state))
         o, ht, saved = fwd.forward(
             q, k, v, g, beta, A_log, dt_bias, initial_state, config, keep=keep
         )

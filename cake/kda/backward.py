@@ -37,6 +37,7 @@ from .forward import (
 from .forward import records as fwd_records
 from .layout import CHUNK, Layout
 from .stages import raw_gate_params
+from .validate import aligned
 from .workspace import Carved
 
 
@@ -136,7 +137,7 @@ def backward(  # noqa: ANN201
     if saved is None:
         saved = replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config)
     f32 = dict(dtype=torch.float32, device=device)
-    do = do.contiguous()
+    do = aligned(do.contiguous())
     if do.dtype != q.dtype:
         do = do.to(q.dtype)
 
@@ -146,7 +147,7 @@ def backward(  # noqa: ANN201
     dS_end = torch.empty((NC, H, K, V), **f32)
     dVn = torch.empty((NC, H, CHUNK, V), **f32)
     dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
-    dht_ = dht.float().contiguous() if dht is not None else None
+    dht_ = aligned(dht.float().contiguous()) if dht is not None else None
     p = saved.ptr  # the buffers' addresses (the tensor for M)
     ops = (p("Qg"), p("W"), p("Kd"), p("Aqk"), p("gl"), do, layout.chunks)
     if not plan.any_split:

@@ -7,15 +7,21 @@ import torch
 from ..loader import default_loader
 from ..spec import DType, GateForm, Stage, Variant
 from .layout import Layout
+from .validate import aligned
 
 PACKAGE = "kda_det"
 PACKAGE_CP = "kda_cp"  # the same programs, copied; used when a long sequence is split
 
 
 def raw_gate_params(A_log, dt_bias, H: int, device):  # noqa: ANN001, ANN201
-    """A_log and dt_bias as the programs read them: fp32, contiguous, zeros where not given."""
-    A = torch.zeros(H, device=device) if A_log is None else A_log.float().contiguous()
-    bias = torch.zeros(H * 128, device=device) if dt_bias is None else dt_bias.float().contiguous()
+    """A_log and dt_bias as the programs read them: fp32, contiguous, 16-byte aligned, zeros where
+    not given."""
+    A = torch.zeros(H, device=device) if A_log is None else aligned(A_log.float().contiguous())
+    bias = (
+        torch.zeros(H * 128, device=device)
+        if dt_bias is None
+        else aligned(dt_bias.float().contiguous())
+    )
     return A, bias
 
 

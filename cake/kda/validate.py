@@ -20,6 +20,15 @@ UNSUPPORTED = {
 }
 
 
+ALIGN_BYTES = 16  # the programs copy rows in 16-byte pieces (cp.async, float4 loads)
+
+
+def aligned(x: torch.Tensor | None) -> torch.Tensor | None:
+    """x, or a copy of it where its data does not start on a 16-byte boundary (a view at an odd
+    element offset into a larger tensor, which the programs' 16-byte copies would fault on)."""
+    return x if x is None or x.data_ptr() % ALIGN_BYTES == 0 else x.clone()
+
+
 @dataclass(frozen=True)
 class Shapes:
     batch: int
