@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:209476c6d3526866a74a754636fb405ca1a306ef53cb37fe305750a347b98da7
+// identity: sha256:3316da02d994674eaa012db2bf5c8b4f98e52302217e931a7d40c38cc7ac0768
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -360,7 +360,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     float* rq = bs + 64;
     float* rk = rq + 64;
 
-    const int c = blockIdx.x, h = blockIdx.y;
+    // Heads fastest (grid (NC, H) read as one index): the blocks resident at once are every head
+    // of a few chunks and together read whole token rows of q, k, v and the gate (H x 128
+    // elements), where c = blockIdx.x had them read one head's 256 or 512 bytes of each row:
+    // -2.5..-3.2 % on 1doc / 4doc (docs/notes.md, session 38). kda_bwd_chunk keeps c = blockIdx.x
+    // (no gain on 1doc, +5.6 % on R2).
+    const int lin = blockIdx.x + gridDim.x * blockIdx.y;
+    const int c = lin / (int)gridDim.y, h = lin - c * (int)gridDim.y;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int t0 = chunks[2 * c], L = chunks[2 * c + 1];

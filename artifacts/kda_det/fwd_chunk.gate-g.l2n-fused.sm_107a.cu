@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:de264d5bbe2f32fc23f3c10b886414f107064af7abbe47062ea2426becb7382e
+// identity: sha256:7daf65da8fc4eae551e796c324eaaa9667900d56291747da6342c833785212fc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -360,7 +360,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
     float* rq = bs + 64;
     float* rk = rq + 64;
 
-    const int c = blockIdx.x, h = blockIdx.y;
+    // Heads fastest (grid (NC, H) read as one index): the blocks resident at once are every head
+    // of a few chunks and together read whole token rows of q, k, v and the gate (H x 128
+    // elements), where c = blockIdx.x had them read one head's 256 or 512 bytes of each row:
+    // -2.5..-3.2 % on 1doc / 4doc (docs/notes.md, session 38). kda_bwd_chunk keeps c = blockIdx.x
+    // (no gain on 1doc, +5.6 % on R2).
+    const int lin = blockIdx.x + gridDim.x * blockIdx.y;
+    const int c = lin / (int)gridDim.y, h = lin - c * (int)gridDim.y;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int t0 = chunks[2 * c], L = chunks[2 * c + 1];
