@@ -33,6 +33,7 @@ import bisect
 import csv
 import gzip
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,19 @@ STALLS = (
     "membar",
     "misc",
 )
+
+
+def default_nvdisasm() -> str:
+    """nvdisasm on PATH, else the one in the environment's nvidia CUDA wheel (nvidia/cu*/bin), else
+    the bare name (the run then fails with a clear FileNotFoundError)."""
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    for site in map(Path, sys.path):
+        for cand in sorted(site.glob("nvidia/cu*/bin/nvdisasm"), reverse=True):
+            if cand.is_file():
+                return str(cand)
+    return "nvdisasm"
 
 
 def sass_listing(artifact: Path, arch: str, nvdisasm: str) -> list[tuple[int, str]]:
@@ -199,7 +213,11 @@ def main() -> None:
         "--static", action="store_true", help="static counts from the local build, no csv"
     )
     p.add_argument("--arch", default="sm_90a")
-    p.add_argument("--nvdisasm", default="nvdisasm")
+    p.add_argument(
+        "--nvdisasm",
+        default=default_nvdisasm(),
+        help="nvdisasm to run (default: on PATH, else the NVIDIA CUDA wheel's, which `make setup` installs)",
+    )
     p.add_argument(
         "--ops", action="store_true", help="also split each section's instructions by kind"
     )
