@@ -6,9 +6,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
-import shutil
 import struct
 import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -160,16 +160,11 @@ def test_program_compiles(entry: Entry, compiles: dict[str, Future[Compiled]]) -
 
 
 def nvdisasm() -> str | None:
-    """nvdisasm from the nvidia-cuda-nvdisasm wheel (a dev dependency), else from PATH."""
-    try:
-        import nvidia
+    """nvdisasm as tools/ncu_phases.py finds it (the nvidia-cuda-nvdisasm wheel, else PATH)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from ncu_phases import find_nvdisasm  # noqa: PLC0415
 
-        for root in nvidia.__path__:
-            for found in sorted(Path(root).glob("*/bin/nvdisasm")):
-                return str(found)
-    except ImportError:
-        pass
-    return shutil.which("nvdisasm")
+    return find_nvdisasm()
 
 
 def sass_lines(cubin: bytes, tmp: Path) -> list[str]:

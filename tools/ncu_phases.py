@@ -65,17 +65,18 @@ STALLS = (
 )
 
 
-def default_nvdisasm() -> str:
-    """nvdisasm on PATH, else the one in the environment's nvidia CUDA wheel (nvidia/cu*/bin), else
-    the bare name (the run then fails with a clear FileNotFoundError)."""
-    found = shutil.which("nvdisasm")
-    if found:
-        return found
-    for site in map(Path, sys.path):
-        for cand in sorted(site.glob("nvidia/cu*/bin/nvdisasm"), reverse=True):
-            if cand.is_file():
-                return str(cand)
-    return "nvdisasm"
+def find_nvdisasm() -> str | None:
+    """nvdisasm from the nvidia-cuda-nvdisasm wheel (a dev dependency: `make setup` installs it),
+    else from PATH; None when neither has it."""
+    try:
+        import nvidia  # noqa: PLC0415
+
+        for root in nvidia.__path__:
+            for found in sorted(Path(root).glob("*/bin/nvdisasm")):
+                return str(found)
+    except ImportError:
+        pass
+    return shutil.which("nvdisasm")
 
 
 def sass_listing(artifact: Path, arch: str, nvdisasm: str) -> list[tuple[int, str]]:
@@ -215,8 +216,7 @@ def main() -> None:
     p.add_argument("--arch", default="sm_90a")
     p.add_argument(
         "--nvdisasm",
-        default=default_nvdisasm(),
-        help="nvdisasm to run (default: on PATH, else the NVIDIA CUDA wheel's, which `make setup` installs)",
+        help="nvdisasm to run (default: the nvidia-cuda-nvdisasm wheel's, else PATH's)",
     )
     p.add_argument(
         "--ops", action="store_true", help="also split each section's instructions by kind"
@@ -225,6 +225,7 @@ def main() -> None:
         "--lines", type=int, default=0, metavar="N", help="also the N busiest source lines"
     )
     a = p.parse_args()
+    a.nvdisasm = a.nvdisasm or find_nvdisasm() or "nvdisasm"  # a missing one fails when run
     if a.static:
         if a.csv is not None:
             p.error("--static reads no csv: give the artifact only")
