@@ -161,7 +161,9 @@ def test_program_compiles(entry: Entry, compiles: dict[str, Future[Compiled]]) -
 
 def nvdisasm() -> str | None:
     """nvdisasm as tools/ncu_phases.py finds it (the nvidia-cuda-nvdisasm wheel, else PATH)."""
-    sys.path.insert(0, str(REPO / "tools"))
+    tools = str(REPO / "tools")
+    if tools not in sys.path:  # called once per SASS test: insert it once
+        sys.path.insert(0, tools)
     from ncu_phases import find_nvdisasm  # noqa: PLC0415
 
     return find_nvdisasm()
