@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:34ca89a5df715dab778cf3649f44423df4c05a06bb5fbfb90e3631983dcd5710
+// identity: sha256:17210b93001141f3f0df9bf1f1a5108c1cce9f6bb248c0c34995337829a74b01
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -453,6 +453,10 @@ __device__ __forceinline__ float4 ldq_bf16_el(const unsigned short* s, int base,
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
+// a if c else b, by component (a select of the whole float4 went through local memory)
+__device__ __forceinline__ float4 sel4(bool c, const float4& a, const float4& b) {
+    return make_float4(c ? a.x : b.x, c ? a.y : b.y, c ? a.z : b.z, c ? a.w : b.w);
+}
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 // An accumulator's element pair (e, e + 1), e even: columns d, d + 1 of one row, one 8-byte access.
 __device__ __forceinline__ float2 ldf2(const float* s, int idx) { return *reinterpret_cast<const float2*>(s + idx); }
@@ -1003,7 +1007,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             for (int e = 0; e < 4; ++e) {
                 const int i = e < 2 ? i0 : i1, j = jb + 8 * ni + 2 * t + (e & 1), o = fx_el<64>(fa, ni, e);
                 if (which == 0) {
-                    TT[o] = j <= i ? scale * acc[ni][e] : 0.f;
+                    // below the diagonal TF32 already: phase 6's products take dA as stored (every
+                    // load of it there had rounded it again); the diagonal stays fp32 (its epilogue)
+                    const float a = scale * acc[ni][e];
+                    TT[o] = j < i ? rtf32(a) : j == i ? a : 0.f;
                 } else {
                     const float dm = j < i ? -acc[ni][e] : 0.f;
                     if (j < i) {  // Akk[i][j] is TA's (63 - i, 63 - j), above the diagonal: only read
@@ -1011,7 +1018,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         const float akk = AK[o ^ 4087];
                         if (e < 2) db0 = fmaf(dm, akk, db0);
                         else db1 = fmaf(dm, akk, db1);
-                        AK[o] = bs[i] * dm;
+                        AK[o] = rtf32(bs[i] * dm);
                     }
                 }
             }
@@ -1189,16 +1196,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32 (the column operands
                 // from per-column offsets, as in (b)).
                 const int a0 = fx<64>(i0, 4 * t) ^ (16 * rb), a1 = fx<64>(i1, 4 * t) ^ (16 * rb);  // columns j0
-                const float4 a1lo = r4(keep_below(ldf4(TT, a0), j0, i0));
-                const float4 a1hi = r4(keep_below(ldf4(TT, a1), j0, i1));
-                const float4 a2lo = r4(keep_below(ldf4(AK, a0), j0, i0));
-                const float4 a2hi = r4(keep_below(ldf4(AK, a1), j0, i1));
+                const float4 a1lo = keep_below(ldf4(TT, a0), j0, i0);
+                const float4 a1hi = keep_below(ldf4(TT, a1), j0, i1);
+                const float4 a2lo = keep_below(ldf4(AK, a0), j0, i0);
+                const float4 a2hi = keep_below(ldf4(AK, a1), j0, i1);
                 const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
                 const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
-                const float4 c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
-                const float4 c1hi = r4(keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1));
-                const float4 c2lo = r4(keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0));
-                const float4 c2hi = r4(keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1));
+                const float4 c1lo = keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0);
+                const float4 c1hi = keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1);
+                const float4 c2lo = keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0);
+                const float4 c2hi = keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1);
                 // The B gathers (rows u = 16 rb + 4 t + e) from per-column offsets, as in (a), (b).
                 const float* gR = gs + 2048 * rb;
                 const unsigned short* kR = ks + 2048 * rb;
@@ -1265,8 +1272,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const int a0 = fx<64>(i0, 4 * t), a1 = fx<64>(i1, 4 * t);  // columns 16 J + 4 t: XOR 16 J
                 for (int J = 0; J < rb; ++J) {
                     const int j0 = 16 * J + 4 * t;
-                    const float4 q1lo = r4(ldf4(TT, a0 ^ (16 * J))), q1hi = r4(ldf4(TT, a1 ^ (16 * J)));
-                    const float4 k1lo = r4(ldf4(AK, a0 ^ (16 * J))), k1hi = r4(ldf4(AK, a1 ^ (16 * J)));
+                    const float4 q1lo = ldf4(TT, a0 ^ (16 * J)), q1hi = ldf4(TT, a1 ^ (16 * J));
+                    const float4 k1lo = ldf4(AK, a0 ^ (16 * J)), k1hi = ldf4(AK, a1 ^ (16 * J));
                     const float* gJ = gs + 2048 * J;
                     const unsigned short* kJ = ks + 2048 * J;
 #pragma unroll
@@ -1310,8 +1317,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 }
                 for (int I = rb + 1; I < 4; ++I) {
                     const int k0 = 16 * I + 4 * t;
-                    const float4 q1lo = r4(ldt4_at<64>(TT, a00, a01, I)), q1hi = r4(ldt4_at<64>(TT, a10, a11, I));
-                    const float4 k1lo = r4(ldt4_at<64>(AK, a00, a01, I)), k1hi = r4(ldt4_at<64>(AK, a10, a11, I));
+                    const float4 q1lo = ldt4_at<64>(TT, a00, a01, I), q1hi = ldt4_at<64>(TT, a10, a11, I);
+                    const float4 k1lo = ldt4_at<64>(AK, a00, a01, I), k1hi = ldt4_at<64>(AK, a10, a11, I);
                     const float* gI = gs + 2048 * I;
                     const unsigned short* qI = qs + 2048 * I;
                     const unsigned short* kI = ks + 2048 * I;

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:d8f9fbb7c7591953ca80aec57f06320d902af02b36f8818ecaeb565c31ddf3fb
+// identity: sha256:f7347dd2a0b646a1fadf85f58956af644ced0d2073bfbabfb16cb1a524a273aa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -454,6 +454,10 @@ __device__ __forceinline__ float4 ldq_bf16_el(const unsigned short* s, int base,
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
+// a if c else b, by component (a select of the whole float4 went through local memory)
+__device__ __forceinline__ float4 sel4(bool c, const float4& a, const float4& b) {
+    return make_float4(c ? a.x : b.x, c ? a.y : b.y, c ? a.z : b.z, c ? a.w : b.w);
+}
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 // An accumulator's element pair (e, e + 1), e even: columns d, d + 1 of one row, one 8-byte access.
 __device__ __forceinline__ float2 ldf2(const float* s, int idx) { return *reinterpret_cast<const float2*>(s + idx); }
@@ -1004,7 +1008,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
             for (int e = 0; e < 4; ++e) {
                 const int i = e < 2 ? i0 : i1, j = jb + 8 * ni + 2 * t + (e & 1), o = fx_el<64>(fa, ni, e);
                 if (which == 0) {
-                    TT[o] = j <= i ? scale * acc[ni][e] : 0.f;
+                    // below the diagonal TF32 already: phase 6's products take dA as stored (every
+                    // load of it there had rounded it again); the diagonal stays fp32 (its epilogue)
+                    const float a = scale * acc[ni][e];
+                    TT[o] = j < i ? rtf32(a) : j == i ? a : 0.f;
                 } else {
                     const float dm = j < i ? -acc[ni][e] : 0.f;
                     if (j < i) {  // Akk[i][j] is TA's (63 - i, 63 - j), above the diagonal: only read
@@ -1012,7 +1019,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         const float akk = AK[o ^ 4087];
                         if (e < 2) db0 = fmaf(dm, akk, db0);
                         else db1 = fmaf(dm, akk, db1);
-                        AK[o] = bs[i] * dm;
+                        AK[o] = rtf32(bs[i] * dm);
                     }
                 }
             }
@@ -1190,16 +1197,16 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 // A: dA[i][u], u < i (rows); dA[u][i], u > i (columns); TF32 (the column operands
                 // from per-column offsets, as in (b)).
                 const int a0 = fx<64>(i0, 4 * t) ^ (16 * rb), a1 = fx<64>(i1, 4 * t) ^ (16 * rb);  // columns j0
-                const float4 a1lo = r4(keep_below(ldf4(TT, a0), j0, i0));
-                const float4 a1hi = r4(keep_below(ldf4(TT, a1), j0, i1));
-                const float4 a2lo = r4(keep_below(ldf4(AK, a0), j0, i0));
-                const float4 a2hi = r4(keep_below(ldf4(AK, a1), j0, i1));
+                const float4 a1lo = keep_below(ldf4(TT, a0), j0, i0);
+                const float4 a1hi = keep_below(ldf4(TT, a1), j0, i1);
+                const float4 a2lo = keep_below(ldf4(AK, a0), j0, i0);
+                const float4 a2hi = keep_below(ldf4(AK, a1), j0, i1);
                 const int a00 = tg_col(64, t, i0, 0), a01 = tg_col(64, t, i0, 1);
                 const int a10 = tg_col(64, t, i1, 0), a11 = tg_col(64, t, i1, 1);
-                const float4 c1lo = r4(keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0));
-                const float4 c1hi = r4(keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1));
-                const float4 c2lo = r4(keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0));
-                const float4 c2hi = r4(keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1));
+                const float4 c1lo = keep_above(ldt4_at<64>(TT, a00, a01, rb), j0, i0);
+                const float4 c1hi = keep_above(ldt4_at<64>(TT, a10, a11, rb), j0, i1);
+                const float4 c2lo = keep_above(ldt4_at<64>(AK, a00, a01, rb), j0, i0);
+                const float4 c2hi = keep_above(ldt4_at<64>(AK, a10, a11, rb), j0, i1);
                 // The B gathers (rows u = 16 rb + 4 t + e) from per-column offsets, as in (a), (b).
                 const float* gR = gs + 2048 * rb;
                 const unsigned short* kR = ks + 2048 * rb;
@@ -1266,8 +1273,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 const int a0 = fx<64>(i0, 4 * t), a1 = fx<64>(i1, 4 * t);  // columns 16 J + 4 t: XOR 16 J
                 for (int J = 0; J < rb; ++J) {
                     const int j0 = 16 * J + 4 * t;
-                    const float4 q1lo = r4(ldf4(TT, a0 ^ (16 * J))), q1hi = r4(ldf4(TT, a1 ^ (16 * J)));
-                    const float4 k1lo = r4(ldf4(AK, a0 ^ (16 * J))), k1hi = r4(ldf4(AK, a1 ^ (16 * J)));
+                    const float4 q1lo = ldf4(TT, a0 ^ (16 * J)), q1hi = ldf4(TT, a1 ^ (16 * J));
+                    const float4 k1lo = ldf4(AK, a0 ^ (16 * J)), k1hi = ldf4(AK, a1 ^ (16 * J));
                     const float* gJ = gs + 2048 * J;
                     const unsigned short* kJ = ks + 2048 * J;
 #pragma unroll
@@ -1311,8 +1318,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                 }
                 for (int I = rb + 1; I < 4; ++I) {
                     const int k0 = 16 * I + 4 * t;
-                    const float4 q1lo = r4(ldt4_at<64>(TT, a00, a01, I)), q1hi = r4(ldt4_at<64>(TT, a10, a11, I));
-                    const float4 k1lo = r4(ldt4_at<64>(AK, a00, a01, I)), k1hi = r4(ldt4_at<64>(AK, a10, a11, I));
+                    const float4 q1lo = ldt4_at<64>(TT, a00, a01, I), q1hi = ldt4_at<64>(TT, a10, a11, I);
+                    const float4 k1lo = ldt4_at<64>(AK, a00, a01, I), k1hi = ldt4_at<64>(AK, a10, a11, I);
                     const float* gI = gs + 2048 * I;
                     const unsigned short* qI = qs + 2048 * I;
                     const unsigned short* kI = ks + 2048 * I;
