@@ -45,29 +45,30 @@ extern "C" __global__ void tf32_probe(const float* __restrict__ x, float* __rest
 """
 
 
-def main() -> None:
+def measure(n: int = 1 << 16) -> dict[str, dict[str, float]]:
+    """{operand: {reading: share of values the tensor core's output equals}} for n random values
+    (a multiple of 128) with random low 13 bits; readings: trunc, rn (cvt.rn), rna, fp32."""
     import torch
 
     from cake.compile import compile_source
     from cake.launch import Module
     from cake.manifest import Entry, Kernel
     from cake.render import inline_headers
-    from cake.spec import ArgType, Arch
+    from cake.spec import Arch, ArgType
     from cake.tree import default_tree
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, default=1 << 16, help="values (a multiple of 128)")
-    a = p.parse_args()
-    warps = a.n // 128
+    warps = n // 128
     kernels = (Kernel(symbol="tf32_probe", threads=256, smem=0,
                       args=(ArgType.ptr, ArgType.ptr, ArgType.ptr, ArgType.i32)),)  # fmt: skip
     entry = Entry.model_construct(program="tf32_probe", kernels=kernels)
-    compiled = compile_source(inline_headers(SOURCE, default_tree(), {}), Arch("sm_90a"), "tf32_probe")
+    compiled = compile_source(
+        inline_headers(SOURCE, default_tree(), {}), Arch("sm_90a"), "tf32_probe"
+    )
     mod = Module(entry, compiled.cubin, 0)
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(warps * 128, generator=gen) * torch.exp2(torch.randint(-20, 20, (warps * 128,), generator=gen).float())
-    xi = x.view(torch.int32)
-    # make the low 13 bits random, including exact half-ulp ties
+    scale = torch.exp2(torch.randint(-20, 20, (warps * 128,), generator=gen).float())
+    xi = (torch.randn(warps * 128, generator=gen) * scale).view(torch.int32)
+    # random low 13 bits, a seventh of them exact half-ulp ties
     low = torch.randint(0, 1 << 13, xi.shape, generator=gen, dtype=torch.int32)
     low[::7] = 1 << 12
     xi = (xi & ~0x1FFF) | low
@@ -76,19 +77,29 @@ def main() -> None:
     db = torch.full_like(x, float("nan")).cuda()
     mod["tf32_probe"](((warps + 7) // 8,), x.cuda(), da, db, warps)
     torch.cuda.synchronize()
-    trunc = (xi & ~0x1FFF).view(torch.float32)
-    # round to nearest, ties to even, at bit 13 (cvt.rn.tf32.f32 for finite values)
     lsb = (xi >> 13) & 1
-    rn = ((xi + 0xFFF + lsb) & ~0x1FFF).view(torch.float32)
-    rna = ((xi + 0x1000) & ~0x1FFF).view(torch.float32)
+    readings = {
+        "trunc": (xi & ~0x1FFF).view(torch.float32),
+        "rn": ((xi + 0xFFF + lsb) & ~0x1FFF).view(torch.float32),  # ties to even at bit 13
+        "rna": ((xi + 0x1000) & ~0x1FFF).view(torch.float32),
+        "fp32": x,
+    }
+    out = {}
     for name, d in (("A", da.cpu()), ("B", db.cpu())):
-        sel = x if name == "A" else x.view(-1, 128)[:, :64].reshape(-1)
-        out = d if name == "A" else d.view(-1, 128)[:, :64].reshape(-1)
-        ref = {k: (v if name == "A" else v.view(-1, 128)[:, :64].reshape(-1))
-               for k, v in (("trunc", trunc), ("rn", rn), ("rna", rna), ("fp32", x))}  # fmt: skip
-        n = sel.numel()
-        shares = "  ".join(f"{k} {int((out == v).sum()) / n:.4f}" for k, v in ref.items())
-        print(f"operand {name}: {n} values, equal to  {shares}")
+        # B's output rows 0-7 are each block's first 64 values (rows 8-15 repeat them)
+        pick = (lambda v: v) if name == "A" else (lambda v: v.view(-1, 128)[:, :64].reshape(-1))
+        got = pick(d)
+        out[name] = {k: int((got == pick(v)).sum()) / got.numel() for k, v in readings.items()}
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=1 << 16, help="values (a multiple of 128)")
+    a = p.parse_args()
+    for name, shares in measure(a.n).items():
+        text = "  ".join(f"{k} {v:.4f}" for k, v in shares.items())
+        print(f"operand {name}: {a.n if name == 'A' else a.n // 2} values, equal to  {text}")
 
 
 if __name__ == "__main__":
