@@ -1,7 +1,8 @@
 """GPU: what mma.sync's TF32 operands read of an fp32 register that is not a TF32 value
 (tools/tf32_probe.py): its truncation (low 13 bits ignored), on every A and B operand. The
-emulator refuses such operands except where a program states that it hands one over on purpose
-(cake_tf32_low), and there it truncates: this holds that model to the hardware."""
+emulator refuses such operands; a program that hands one over on purpose (the prepared
+docs/prepared/bwd-split-lo-trunc.patch) is modelled there as truncated, and this holds that model
+to the hardware."""
 
 from __future__ import annotations
 
