@@ -35,11 +35,9 @@ extern "C" __global__ void tf32_probe(const float* __restrict__ x, float* __rest
                   t == g ? one : 0u, t + 4 == g ? one : 0u);
     for (int e = 0; e < 4; ++e) da[128 * w + 8 * (g + 8 * (e >> 1)) + 2 * t + (e & 1)] = d[e];
     // B raw (rows k of x's first 64 values), A[i][k] = (k == i % 8)
-    const float* b = a;
-    auto rb = [&](int k, int n) { return __float_as_uint(b[8 * k + n]); };
     float f[4] = {0.f, 0.f, 0.f, 0.f};
     cake_mma_tf32(f, t == g ? one : 0u, t == g ? one : 0u, t + 4 == g ? one : 0u, t + 4 == g ? one : 0u,
-                  rb(t, g), rb(t + 4, g));
+                  raw(t, g), raw(t + 4, g));
     for (int e = 0; e < 4; ++e) db[128 * w + 8 * (g + 8 * (e >> 1)) + 2 * t + (e & 1)] = f[e];
 }
 """
