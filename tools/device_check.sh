@@ -27,7 +27,9 @@ for step in $steps; do
         echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|sanitize_small' "$OUT/sanitize-$tool.log" | tr '\n' ' ')"
       done ;;
     accuracy) timeout 400 python3 tools/bench.py --accuracy --acc-cases g-mixed-off,g-fast-off,g-slow-off,g-slow-fused,g-extreme-off,raw-lb-off,raw-lb-fused --acc-paths ${PATHS_:-saved} $TCACHE --json "$OUT/accuracy.json" 2>&1 | tee "$OUT/accuracy.log" | tail -30 ;;
-    speed) timeout ${SPEED_S:-400} python3 tools/bench.py --rows ${ROWS:-1doc,4doc,R2,m2} --ops ${OPS_:-fwd} --variants ${VARIANTS:-g:off:saved,g:fused:saved,raw:off:saved,raw:fused:saved} $TCACHE --json "$OUT/speed.json" 2>&1 | tee "$OUT/speed.log" | tail -40 ;;
+    # one JSON and log per ROWS, so that two speed steps in one call keep both tables
+    speed) rows=${ROWS:-1doc,4doc,R2,m2} tag=speed-${rows//,/-}
+      timeout ${SPEED_S:-400} python3 tools/bench.py --rows $rows --ops ${OPS_:-fwd} --variants ${VARIANTS:-g:off:saved,g:fused:saved,raw:off:saved,raw:fused:saved} $TCACHE --json "$OUT/$tag.json" 2>&1 | tee "$OUT/$tag.log" | tail -40 ;;
     fla-cache) # FLA's autotuning, once per row and variant, kept for later calls: bring back
       # $OUT/tcache.tgz and unpack its results into tools/fla_autotune (mkdir -p /tmp/t && tar
       # -xzf tcache.tgz -C /tmp/t && cp -r /tmp/t/.tcache/. tools/fla_autotune/), then commit
