@@ -43,6 +43,10 @@ def main() -> None:
         "--gaps", action="store_true",
         help="also the GPU's idle time between the kernels of back-to-back forwards and steps",
     )  # fmt: skip
+    p.add_argument(
+        "--each", action="store_true",
+        help="also every launch of one forward and one fwd+bwd, in order (duration, idle before)",
+    )  # fmt: skip
     args = p.parse_args()
     (v,) = parse_variants(args.variant)
     if args.seg_chunks is not None:
@@ -79,6 +83,30 @@ def main() -> None:
         if args.gaps:
             print_gaps(forward, args.calls, "forward")
             print_gaps(step, args.calls, "fwd+bwd")
+        if args.each:
+            print_each(forward, "forward")
+            print_each(step, "fwd+bwd")
+
+
+def print_each(fn, what: str) -> None:
+    """One call of fn (after a warm-up call) under the profiler: its kernel launches in order, each
+    with its duration and the GPU's idle time before it (launches of one name apart: a local pass
+    and its fix-up, the forward's and the replay's)."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = sorted(
+        (e.time_range.start, e.time_range.end, e.name)
+        for e in prof.events()
+        if e.device_type == torch.autograd.DeviceType.CUDA
+    )
+    print(f"  {what}, one call: every launch in order, us (duration, idle before)")
+    prev_end = kernels[0][0] if kernels else 0
+    for start, end, name in kernels:
+        print(f"  {end - start:9.1f}  idle {start - prev_end:6.1f}  {name[:60]}")
+        prev_end = end
 
 
 def print_gaps(fn, calls: int, what: str) -> None:
