@@ -88,20 +88,27 @@ def main() -> None:
             print_each(step, "fwd+bwd")
 
 
-def print_each(fn, what: str) -> None:
-    """One call of fn (after a warm-up call) under the profiler: its kernel launches in order, each
-    with its duration and the GPU's idle time before it (launches of one name apart: a local pass
-    and its fix-up, the forward's and the replay's)."""
+def profiled_kernels(fn, calls: int) -> list[tuple[float, float, str]]:
+    """(start, end, name) of every kernel of `calls` back-to-back calls of fn under the profiler,
+    in time order, after one warm-up call."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
+        for _ in range(calls):
+            fn()
         torch.cuda.synchronize()
-    kernels = sorted(
+    return sorted(
         (e.time_range.start, e.time_range.end, e.name)
         for e in prof.events()
         if e.device_type == torch.autograd.DeviceType.CUDA
     )
+
+
+def print_each(fn, what: str) -> None:
+    """One call of fn (after a warm-up call) under the profiler: its kernel launches in order, each
+    with its duration and the GPU's idle time before it (launches of one name apart: a local pass
+    and its fix-up, the forward's and the replay's)."""
+    kernels = profiled_kernels(fn, 1)
     print(f"  {what}, one call: every launch in order, us (duration, idle before)")
     prev_end = kernels[0][0] if kernels else 0
     for start, end, name in kernels:
@@ -112,17 +119,7 @@ def print_each(fn, what: str) -> None:
 def print_gaps(fn, calls: int, what: str) -> None:
     """Back-to-back calls of fn under the profiler: each kernel's mean duration and the mean idle
     time before it (the previous kernel's end to its start, the first kernel's across calls)."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    kernels = sorted(
-        (e.time_range.start, e.time_range.end, e.name)
-        for e in prof.events()
-        if e.device_type == torch.autograd.DeviceType.CUDA
-    )
+    kernels = profiled_kernels(fn, calls)
     gap: dict[str, list[float]] = defaultdict(list)
     dur: dict[str, list[float]] = defaultdict(list)
     for (_, end0, _), (start, end, name) in zip(kernels, kernels[1:], strict=False):
