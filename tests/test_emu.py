@@ -69,7 +69,7 @@ class Mutated(EmuLoader):
 def forward_outputs(inp, loader: EmuLoader) -> tuple[torch.Tensor, torch.Tensor]:
     args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
     with emulate(loader):
-        o, ht, _ = forward_module.forward(*args, config_for(inp))
+        o, ht, *_ = forward_module.forward(*args, config_for(inp))
     return o, ht
 
 
@@ -308,7 +308,8 @@ def test_saved_states_are_the_chunk_start_states_in_16_bits(arch):
 @pytest.mark.parametrize("arch", [None, Arch.sm_90a], ids=["sm_90", "sm_90a"])
 def test_saved_and_replay_paths_agree_bitwise(loader, segments, arch):
     """The replay reruns the state pass without O (fwd_state_local): the same states, so the same
-    gradients; also when sequences are split into segments (kda_cp), and on the wgmma bodies."""
+    gradients; also when sequences are split into segments (kda_cp), and on the wgmma bodies. A
+    split call's replay from the forward's carries (no local passes, no combine) too."""
     loader = loader if arch is None else EmuLoader(arch=arch)
     inp, do, dht = case_inputs(CASES["g-mixed-off"], lengths=[300, 65, 1])
     config = dataclasses.replace(config_for(inp), segments=segments)
@@ -316,11 +317,17 @@ def test_saved_and_replay_paths_agree_bitwise(loader, segments, arch):
         assert forward_module.segment_plan(config, inp.q.shape[2], inp.q.device).any_split
     args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
     with emulate(loader):
-        saved = forward_module.forward(*args, config, keep=True)[2]
+        _, _, saved, carries = forward_module.forward(*args, config, keep=True)
         from_saved = backward_module.backward(*args, do, dht, config, saved)
-        replayed = backward_module.backward(*args, do, dht, config)
-    for name, t in replayed.items():
-        assert torch.equal(from_saved[name], t), name
+        replays = {"replay": backward_module.backward(*args, do, dht, config)}
+        if segments is not None:
+            assert carries is not None
+            replays["carried"] = backward_module.backward(*args, do, dht, config, None, carries)
+        else:
+            assert carries is None
+    for path, replayed in replays.items():
+        for name, t in replayed.items():
+            assert torch.equal(from_saved[name], t), (path, name)
 
 
 @needs_cxx

@@ -226,12 +226,23 @@ def test_segmented_passes_equal_the_serial_passes(with_states):
     o2 = torch.full_like(o1, float("nan"))
     ht2 = torch.full_like(ht1, float("nan"))
     st2 = torch.full_like(st1, float("nan"))
-    M = fwd._segmented_state_pass(
-        fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, h0, o2, ht2, st2, H
+    carries = fwd._segmented_state_pass(
+        fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, h0, o2, ht2, st2, H, None
     )
     torch.testing.assert_close(o2, o1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(ht2, ht1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(st2, st1, rtol=1e-10, atol=1e-10)
+    M = carries.M
+
+    def unused(*args: object) -> None:
+        raise AssertionError("the replay from carries ran a local pass or the combine")
+
+    # the backward's replay from the forward's carries: the states pass only, the same states
+    st3 = torch.full_like(st1, float("nan"))
+    fwd._segmented_state_pass(
+        fake_fwd_state, unused, unused, plan, ops, h0, None, None, st3, H, carries
+    )
+    assert torch.equal(st3, st2)
 
     dS2, dVn2 = torch.full_like(dS1, float("nan")), torch.full_like(dVn1, float("nan"))
     dh02 = torch.full_like(dh01, float("nan"))
@@ -251,8 +262,8 @@ def test_transitions_of_the_local_pass_are_the_chunk_products():
     plan = seg.plan_for((4,), cu, CPU)
     o = torch.zeros(1, cu[-1], H, V, dtype=F64)
     M = fwd._segmented_state_pass(
-        fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, None, o, None, None, H
-    )
+        fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, None, o, None, None, H, None
+    ).M
     for p, (c0, n) in enumerate(plan.local_rows.tolist()):
         A = torch.eye(K, dtype=F64).expand(H, K, K)
         for c in range(c0, c0 + n):

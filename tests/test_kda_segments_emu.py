@@ -66,6 +66,32 @@ def test_split_run_matches_the_reference_like_the_serial_run(arch):
     assert all(torch.equal(again[n], split[n]) for n in split)
 
 
+def test_the_replay_runs_the_local_passes_once_and_matches_the_saved_path(monkeypatch):
+    """The replay path keeps a split call's carries from the forward: its backward replays the chunk
+    stage and the states pass only (one local pass and combine per fwd+bwd, not two), with the
+    saved path's bits."""
+    import cake.kda.forward as forward_module
+
+    inp = make_inputs([1100, 70], heads=1, seed=5, device="cpu", initial_state=True)
+    gen = torch.Generator().manual_seed(6)
+    do = torch.randn(inp.v.shape, generator=gen).to(inp.v.dtype)
+    dht = torch.randn(2, 1, 128, 128, generator=gen)
+    made = []
+    carries = forward_module._carries
+    monkeypatch.setattr(forward_module, "_carries", lambda *a: made.append(1) or carries(*a))
+    runs = {}
+    for saved in (True, False):
+        leaf = inp.with_grad()
+        with emulate():
+            o, ht = chunk_kda(
+                **leaf.as_kwargs(), output_final_state=True, disable_recompute=saved, segments=3
+            )
+            torch.autograd.backward((o, ht), (do, dht))
+        runs[saved] = [o, ht, *(getattr(leaf, n).grad for n in leaf.grad_names())]
+    assert len(made) == 2  # one a fwd+bwd: the replay's backward used the forward's carries
+    assert all(torch.equal(a, b) for a, b in zip(runs[True], runs[False], strict=True))
+
+
 def test_a_split_sequence_is_the_same_alone_and_packed():
     inp = make_inputs([70, 1100, 1], heads=1, seed=4, device="cpu", initial_state=True)
     s, e = 70, 1170

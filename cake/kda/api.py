@@ -15,31 +15,39 @@ from .workspace import Carved
 
 class _ChunkKDA(torch.autograd.Function):
     """Saved path (disable_recompute=True): the forward keeps Γ, Aqk, W, Qg, Kd, gl and the chunk-start
-    states. Replay path: it keeps only its inputs and the backward reruns the same forward programs,
-    so both paths read the same bits."""
+    states. Replay path: it keeps its inputs (and a split call's segment carries) and the backward
+    reruns the same forward programs, so both paths read the same bits."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, A_log, dt_bias, initial_state, config: fwd.Config):  # noqa: ANN001, ANN205
-        keep = config.saved and any(ctx.needs_input_grad)
+        grads = any(ctx.needs_input_grad)
+        keep = config.saved and grads
         q, k, v, g, beta, initial_state = map(aligned, (q, k, v, g, beta, initial_state))
-        o, ht, saved = fwd.forward(
+        o, ht, saved, carries = fwd.forward(
             q, k, v, g, beta, A_log, dt_bias, initial_state, config, keep=keep
         )
         ctx.config = config
         # the saved workspace travels as its layout and names here, its tensors through autograd
         ctx.carved = (saved.layout, tuple(saved.extra)) if saved is not None else None
         kept = saved.tensors() if saved is not None else ()
+        ctx.carries = grads and saved is None and carries is not None
+        if ctx.carries:
+            kept = (carries.X, carries.M)
         ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state, *kept)
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):  # noqa: ANN001, ANN205
         q, k, v, g, beta, A_log, dt_bias, h0, *kept = ctx.saved_tensors
-        saved = None
+        saved = carries = None
         if ctx.carved is not None:
             layout, extra_names = ctx.carved
             saved = Carved.rebuilt(layout, extra_names, tuple(kept))
-        grads = bwd.backward(q, k, v, g, beta, A_log, dt_bias, h0, do, dht, ctx.config, saved)
+        elif ctx.carries:
+            carries = fwd.Carries(*kept)
+        grads = bwd.backward(
+            q, k, v, g, beta, A_log, dt_bias, h0, do, dht, ctx.config, saved, carries
+        )
         dA_log = grads.get("dA_log")
         ddt_bias = grads.get("ddt_bias")
         return (

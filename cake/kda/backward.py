@@ -1,7 +1,8 @@
 """The KDA backward as a sequence of program launches (docs/backward-design.md).
 
     replay (saved is None): fwd_chunk (gate fused, G_out, TA_out), fwd_state without O
-                            (fwd_state_local: states_out only)
+                            (fwd_state_local: states_out only; a split call's rows from the
+                            forward's carries when it kept them)
     then:                   bwd_state (reverse state pass: dS_end, dVn, dh0)
                             bwd_chunk (chunk-parallel gradients + gate / L2-norm / beta epilogue)
                             bwd_reduce (raw gates only: dA_log, ddt_bias in a fixed order)
@@ -27,6 +28,7 @@ from .forward import (
     BV,
     COMBINE,
     COMBINE_COLUMNS,
+    Carries,
     Config,
     K,
     V,
@@ -71,10 +73,15 @@ def records(
     return list(dict.fromkeys(out))  # the replay repeats the combine
 
 
-def replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config: Config) -> Carved:  # noqa: ANN001
+def replay_forward(  # noqa: PLR0913
+    q, k, v, g, beta, A_log, dt_bias, h0, config: Config, carries: Carries | None = None
+) -> Carved:  # noqa: ANN001
     """What the backward needs from the forward, recomputed with the forward's own programs (so the
-    replay and saved paths read the same bits); the state pass runs without O (the same states)."""
-    saved = forward(q, k, v, g, beta, A_log, dt_bias, h0, config, keep=True, want_o=False)[2]
+    replay and saved paths read the same bits); the state pass runs without O (the same states),
+    from the forward's carries when a split call kept them (no local passes, no combine)."""
+    saved = forward(
+        q, k, v, g, beta, A_log, dt_bias, h0, config, keep=True, want_o=False, carries=carries
+    )[2]
     assert saved is not None
     return saved
 
@@ -126,16 +133,18 @@ def backward(  # noqa: ANN201
     dht,
     config: Config,
     saved: Carved | None = None,
+    carries: Carries | None = None,
 ):
     """Gradients of chunk_kda. Returns {"dq", "dk", "dv", "dg", "dbeta"} plus "dA_log" and
-    "ddt_bias" (raw gates) and "dh0" (when h0 is given); dg is dx for the raw gate forms."""
+    "ddt_bias" (raw gates) and "dh0" (when h0 is given); dg is dx for the raw gate forms. Without
+    `saved` the forward is replayed (from the forward's `carries`, when a split call kept them)."""
     H = q.shape[2]
     device = q.device
     st = _static(default_loader(), config, H, g.dtype, device, saved is None)
     layout, plan = st.layout, st.plan
     N, NC = layout.n_seqs, layout.n_chunks
     if saved is None:
-        saved = replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config)
+        saved = replay_forward(q, k, v, g, beta, A_log, dt_bias, h0, config, carries)
     f32 = dict(dtype=torch.float32, device=device)
     do = aligned(do.contiguous())
     if do.dtype != q.dtype:

@@ -108,6 +108,17 @@ def select_programs(
 
 
 @dataclass(frozen=True)
+class Carries:
+    """A split call's segment boundaries: every row's true start state X (the combine's output) and
+    the local rows' transitions M. O(rows x H x K x V) floats: the replay path keeps them from the
+    forward, so that the backward's replay launches only the chunk stage and the states pass from
+    the same X (the same states, the same bits; docs/cp-design.md section 6)."""
+
+    X: torch.Tensor  # [plan.n_rows, H, K, V]
+    M: torch.Tensor  # [plan.n_local, H, K, K]
+
+
+@dataclass(frozen=True)
 class _Static:
     """What a forward call of one signature launches, and its buffers' layout: looked up once."""
 
@@ -167,17 +178,31 @@ def _static(  # noqa: PLR0913
     )
 
 
-def forward(  # noqa: ANN201
-    q, k, v, g, beta, A_log, dt_bias, h0, config: Config, *, keep: bool = False, want_o: bool = True
+def forward(  # noqa: ANN201, PLR0913
+    q,
+    k,
+    v,
+    g,
+    beta,
+    A_log,
+    dt_bias,
+    h0,
+    config: Config,
+    *,
+    keep: bool = False,
+    want_o: bool = True,
+    carries: Carries | None = None,
 ):  # noqa: ANN001
-    """Launch the forward; returns (o, final state or None, saved or None). With keep, saved (a
+    """Launch the forward; returns (o, final state or None, saved or None, carries or None). With
+    keep, saved (a
     Carved workspace: `saved.ptr(name)` for launches, `saved[name]` a tensor view) holds what the
     backward reads: G (Γ), Aqk, W, Qg, Kd, gl, TA (the chunk solve's T on and below the diagonal,
     Akk turned by 180 degrees above it), R (the L2 norms' reciprocals, fused L2 norm only), the state at each
     chunk's start ("states") and the segments' transitions ("M", split calls only).
     Without want_o (the backward's replay: keep only) the state pass is the program without O,
     which reads neither Qg nor Aqk and writes the same states; o and the final state are then
-    None."""
+    None. A split call returns its Carries (None for a serial one); given the Carries of an
+    earlier forward on the same inputs (the replay), it skips the local passes and the combine."""
     assert keep or want_o, "want_o=False is the replay's: it needs keep"
     B, T_, H, _ = q.shape
     T = B * T_
@@ -207,29 +232,50 @@ def forward(  # noqa: ANN201
     )
     states = p("states")
     ops = (W, U, Qg, Kd, Aqk, gl, layout.chunks)
-    M = None
+    carried = None
+    assert carries is None or plan.any_split, "carries for a serial call"
     if not plan.any_split:
         st.state(
             (V // BV, H, N), *ops, layout.seq_chunks, plan.seq_precise, h0, o, ht, states, H,
             int(h0 is not None), int(ht is not None),
         )  # fmt: skip
     else:
-        M = _segmented_state_pass(st.state, st.local, st.combine, plan, ops, h0, o, ht, states, H)
+        carried = _segmented_state_pass(
+            st.state, st.local, st.combine, plan, ops, h0, o, ht, states, H, carries
+        )
     if not keep:
-        return o, ht, None
-    buf.extra["M"] = M
-    return o, ht, buf
+        return o, ht, None, carried
+    buf.extra["M"] = carried.M if carried is not None else None
+    return o, ht, buf, carried
 
 
-def _segmented_state_pass(
-    fwd_state, local_state, combine, plan: seg.Plan, ops, h0, o, ht, states, H: int
+def _segmented_state_pass(  # noqa: PLR0913
+    fwd_state, local_state, combine, plan: seg.Plan, ops, h0, o, ht, states, H: int, carries
 ):  # noqa: ANN001, ANN202
     """Local passes over the split sequences' segments with the local program, both in one
     launch (no o; end states B from zero, transitions M from the identity with U = 0), the
     combine of the segment boundaries, then the serial program over every row from its true
-    start. Returns M of every local row (the backward combines with it)."""
+    start. Given `carries` (the replay), only the last. Returns the Carries: X and M of every
+    local row (the backward combines with it)."""
     U = ops[1]
     f32 = dict(dtype=U.dtype, device=U.device)  # float32 (float64 in the CPU tests' stand-ins)
+    if carries is None:
+        carries = _carries(local_state, combine, plan, ops, h0, H, f32)
+    else:
+        assert carries.X.shape == (plan.n_rows, H, K, V), "carries of another call"
+    X = carries.X
+    ht_rows = torch.empty((plan.n_rows, H, K, V), **f32) if ht is not None else None
+    fwd_state(
+        (V // BV, H, plan.n_rows), *ops, plan.rows, plan.row_precise, X, o, ht_rows, states, H,
+        1, int(ht_rows is not None),
+    )  # fmt: skip
+    if ht is not None and ht_rows is not None:
+        torch.index_select(ht_rows, 0, plan.last_rows, out=ht)
+    return carries
+
+
+def _carries(local_state, combine, plan: seg.Plan, ops, h0, H: int, f32) -> Carries:  # noqa: ANN001
+    """The local passes (end states B, transitions M) and the combine of the segment boundaries."""
     B_loc = torch.empty((plan.n_local, H, K, V), **f32)
     M_loc = torch.empty((plan.n_local, H, K, K), **f32)  # its own tensor: the backward keeps it
     local_state(
@@ -239,11 +285,4 @@ def _segmented_state_pass(
     X = torch.empty((plan.n_rows, H, K, V), **f32)
     N = int(plan.table.shape[0])
     combine((V // COMBINE_COLUMNS, H, N), M_loc, B_loc, plan.table, h0, X, H, 0)
-    ht_rows = torch.empty((plan.n_rows, H, K, V), **f32) if ht is not None else None
-    fwd_state(
-        (V // BV, H, plan.n_rows), *ops, plan.rows, plan.row_precise, X, o, ht_rows, states, H,
-        1, int(ht_rows is not None),
-    )  # fmt: skip
-    if ht is not None and ht_rows is not None:
-        torch.index_select(ht_rows, 0, plan.last_rows, out=ht)
-    return M_loc
+    return Carries(X, M_loc)

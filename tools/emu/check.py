@@ -87,7 +87,7 @@ def run_emulated(
     config = config_for(inp)
     args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
     with emulate(loader):
-        o, ht, _ = forward.forward(*args, config)
+        o, ht, *_ = forward.forward(*args, config)
         grads = backward.backward(*args, do, dht, config)
     return {"o": o, "ht": ht, **grads}
 
