@@ -15,6 +15,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from ab_table import parse  # noqa: E402
 from state_precision import f16_hilo, f16_scaled, tf32  # noqa: E402
+from wall_table import main as wall_table  # noqa: E402
 
 LOG = """== raw:off:saved new
 1doc raw:off:saved segments=auto: per fwd+bwd, us
@@ -35,6 +36,20 @@ def test_ab_table_keys_times_by_variant_row_kernel_and_tree():
     assert times[("raw:off:saved", "1doc", "total")] == {"new": 9960.5, "base": 10871.4}
     assert times[("raw:off:saved", "R2", "kda_fwd_state")] == {"new": 289.2}
     assert len(times) == 3
+
+
+def test_wall_table_compares_the_mean_of_the_two_runs_with_the_base(tmp_path, capsys):
+    def bench_json(name, ms):
+        rec = {"row": "R2", "gate": "g", "l2n": "off", "op": "fwd+bwd", "cake_ms": ms}
+        recs = [{**rec, "path": "replay"}, {**rec, "path": "saved", "cake_ms": None}]
+        (tmp_path / name).write_text(json.dumps({"speed": recs}))
+        return str(tmp_path / name)
+
+    paths = [bench_json("a", 0.9), bench_json("b", 1.0), bench_json("c", 0.8)]
+    assert wall_table(paths) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "g:off:replay" in lines[1] and lines[1].endswith("-15.0%")
+    assert wall_table(paths[:2]) == 2
 
 
 def _spread(shape, seed=0):

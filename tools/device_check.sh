@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: GPU tests (shipped arch, then the sm_90 twins), compute-sanitizer on a small
 # set, accuracy and forward speed against FLA 0.6.0. Logs go to $OUT. Usage on the H200:
-#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed fla-cache kernels diag long long-report speed-long host timeline probe bits ab abtime)
+#   bash tools/device_check.sh [steps...]   (steps: latency tests twin sanitize accuracy speed fla-cache kernels diag long long-report speed-long host timeline probe bits ab abtime wall)
 # abtime times tree variants built here (`tools/ablate.py build --out DIR --tree p0=<main> --tree
 # new=<worktree> --programs ...`, DIR carried) against AB_REF on each row:variant of AB_ROWS.
 # bits / ab compare this tree with .base (tools/ab_prepare.sh): o and every gradient bitwise (one
@@ -69,6 +69,15 @@ for step in $steps; do
         timeout ${AB_S:-90} python3 tools/ablate.py time --dir "${AB_DIR:-.ablate}" --rounds ${AB_ROUNDS:-7} --check --ref "${AB_REF:-tree-p0}" --row "$row" --variant "$variant" > "$log" 2>&1
         echo "== $rv (rc=$?)"; grep -E "grid=|^    [A-Za-z0-9_-]+ +[0-9]" "$log"  # every variant: trees and ablations
       done ;;
+    wall) # cake's wall times in this tree, .base (tools/ab_prepare.sh) and this tree again: host
+      # changes (no program moves); WALL_ROWS, WALL_VARIANTS, WALL_OPS
+      for k in new base new2; do
+        args="--impl cake --rows ${WALL_ROWS:-R2} --ops ${WALL_OPS:-fwd+bwd} --variants ${WALL_VARIANTS:-all}"
+        if [ $k = base ]; then (cd .base && CAKE_BUNDLE_DIR=$PWD/.bundle timeout ${WALL_S:-120} python3 tools/bench.py $args --json "$OUT/wall-$k.json" >/dev/null 2>&1)
+        else timeout ${WALL_S:-120} python3 tools/bench.py $args --json "$OUT/wall-$k.json" > /dev/null 2>&1; fi
+        echo "$k rc=$?"
+      done
+      python3 tools/wall_table.py "$OUT/wall-new.json" "$OUT/wall-base.json" "$OUT/wall-new2.json" | tee "$OUT/wall.txt" ;;
     probe) timeout 120 python3 -m pytest -q -m sm90 -rf tests/test_wgmma_probe_gpu.py 2>&1 | tee "$OUT/probe.log" | tail -8 ;;
     latency) python3 tools/load_latency.py >/dev/null 2>&1; python3 tools/load_latency.py --json "$OUT/latency.json" ;;
   esac
