@@ -26,10 +26,13 @@ CASES = {
 }
 
 
-def grads(inp, disable_recompute: bool, seed: int):
+def grads(inp, disable_recompute: bool, seed: int, segments: int | None = None):
     leaf = inp.with_grad()
     o, ht = chunk_kda(
-        **leaf.as_kwargs(), output_final_state=True, disable_recompute=disable_recompute
+        **leaf.as_kwargs(),
+        output_final_state=True,
+        disable_recompute=disable_recompute,
+        segments=segments,
     )
     gen = torch.Generator(device="cuda").manual_seed(seed)
     do = torch.randn(o.shape, generator=gen, device="cuda").to(o.dtype)
@@ -49,6 +52,17 @@ def test_saved_and_replay_paths_agree_bitwise_and_match_float64(kw):
         assert got.dtype == getattr(inp, GRAD_OF[name]).dtype, name
         want = ref["dx"] if name == "dg" and "dx" in ref else ref[name]
         assert rel_l2(got, want) <= BOUND, name
+
+
+@pytest.mark.parametrize("kw", [CASES["g-mixed-off-h0"], CASES["softplus-fused"]], ids=["g", "raw"])
+def test_split_calls_replay_from_the_forwards_carries_with_the_saved_paths_bits(kw):
+    """A split sequence (kda_cp): the replay path's backward starts its states pass from the
+    carries the forward kept, and gets the saved path's bits."""
+    inp = make_inputs([70, 2200], heads=2, seed=6, device="cuda", **kw)
+    saved, _, _ = grads(inp, True, seed=12, segments=3)
+    replay, _, _ = grads(inp, False, seed=12, segments=3)
+    for name, got in saved.items():
+        assert torch.equal(got, replay[name]), name
 
 
 def misaligned(x: torch.Tensor) -> torch.Tensor:
