@@ -30,8 +30,9 @@ class _ChunkKDA(torch.autograd.Function):
         # the saved workspace travels as its layout and names here, its tensors through autograd
         ctx.carved = (saved.layout, tuple(saved.extra)) if saved is not None else None
         kept = saved.tensors() if saved is not None else ()
-        ctx.carries = grads and saved is None and carries is not None
-        if ctx.carries:
+        # the replay path of a split call keeps the segment carries (the saved path has M in saved)
+        ctx.has_carries = grads and not keep and carries is not None
+        if ctx.has_carries:
             kept = (carries.X, carries.M)
         ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, initial_state, *kept)
         return o, ht
@@ -43,7 +44,7 @@ class _ChunkKDA(torch.autograd.Function):
         if ctx.carved is not None:
             layout, extra_names = ctx.carved
             saved = Carved.rebuilt(layout, extra_names, tuple(kept))
-        elif ctx.carries:
+        elif ctx.has_carries:
             carries = fwd.Carries(*kept)
         grads = bwd.backward(
             q, k, v, g, beta, A_log, dt_bias, h0, do, dht, ctx.config, saved, carries

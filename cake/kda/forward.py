@@ -194,9 +194,8 @@ def forward(  # noqa: ANN201, PLR0913
     carries: Carries | None = None,
 ):  # noqa: ANN001
     """Launch the forward; returns (o, final state or None, saved or None, carries or None). With
-    keep, saved (a
-    Carved workspace: `saved.ptr(name)` for launches, `saved[name]` a tensor view) holds what the
-    backward reads: G (Γ), Aqk, W, Qg, Kd, gl, TA (the chunk solve's T on and below the diagonal,
+    keep, saved (a Carved workspace: `saved.ptr(name)` for launches, `saved[name]` a tensor
+    view) holds what the backward reads: G (Γ), Aqk, W, Qg, Kd, gl, TA (the chunk solve's T on and below the diagonal,
     Akk turned by 180 degrees above it), R (the L2 norms' reciprocals, fused L2 norm only), the state at each
     chunk's start ("states") and the segments' transitions ("M", split calls only).
     Without want_o (the backward's replay: keep only) the state pass is the program without O,
