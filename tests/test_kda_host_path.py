@@ -91,3 +91,17 @@ def test_launch_addresses_are_the_saved_views(loader: _Loader):
         if saved[n] is not None  # G: raw gates only
     )
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in pairwise(spans))
+
+
+@pytest.mark.parametrize(("lengths", "split"), [([65, 1], False), ([64 * 40, 65], True)])
+def test_the_backward_takes_the_bulk_state_kernel_for_split_calls_only(
+    loader: _Loader, lengths: list[int], split: bool
+):
+    import cake.kda.backward as backward_module
+
+    inp = make_inputs(lengths, heads=2, seed=3)
+    st = backward_module._static(
+        loader, kda_config(inp, saved=True), 2, inp.g.dtype, inp.q.device, False
+    )
+    assert st.plan.any_split is split
+    assert st.state.symbol == ("kda_bwd_state_bulk" if split else "kda_bwd_state")

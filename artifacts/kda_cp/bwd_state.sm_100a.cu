@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:67073a06169af0722b5dc47590d9069c63d57f93e5ad35a15331a80b7cc78551
+// identity: sha256:ee4091959dcbf35a3c1e728b17ac9b819a1664e5ab5707751b2438a54ab9e4ea
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -148,7 +148,6 @@ __device__ __forceinline__ int at_or(int r, int cc) { return r * 64 + ((cc ^ (r 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
 }  // namespace
-
 extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,
     const float* __restrict__ Aqk, const float* __restrict__ gl,
@@ -391,4 +390,264 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     }
     cake_cp_async_wait<0>();
     if (store_dh0) store_global(dh0 + state_base);
+
+}
+
+// The bulk form's body in a device function that the kernel inlines: rendered straight into the
+// kernel, its presence took kda_bwd_state's registers from 237 to 246 (NVRTC 13.5).
+namespace {
+__device__ __forceinline__ void bwd_state_bulk_pass(
+    const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,
+    const float* __restrict__ Aqk, const float* __restrict__ gl,
+    const unsigned short* __restrict__ dout, const int* __restrict__ chunks,
+    const int* __restrict__ seq_chunks, const float* __restrict__ dht, float* __restrict__ dS_end,
+    float* __restrict__ dVn, float* __restrict__ dh0, int H, int has_dht, int store_dh0)
+{
+    extern __shared__ __attribute__((aligned(16))) unsigned char smem[];
+    float* Ks = reinterpret_cast<float*>(smem);  // Kd^T [128 d][64 tok]      (A, transposed read)
+    float* As = Ks + 128 * 64;                   // Aqk  [64 j][64 i]         (A, transposed read)
+    float* Qs = As + 64 * 64;                    // Qg   [64 tok][128 d]      (A, transposed read)
+    float* Ws = Qs + 64 * 128;                   // W    [64 tok][128 d]      (A, transposed read)
+    float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]       (B)
+    float* St = Ot + 64 * 64;                    // dS^T [64 v][128 d], TF32  (B)
+    float* Vt = St + 64 * 128;                   // -dVn^T [64 v][64 tok], TF32 (B)
+    float* Gs = Vt + 64 * 64;                    // gl [128]
+    unsigned short* Or = reinterpret_cast<unsigned short*>(Gs + 128);  // dO staging [64 tok][64 v] bf16
+
+    const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
+    const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
+    const long long tok_stride = (long long)H * 128;
+
+    // dS tile in registers (mma accumulator layout), as kda_fwd_state holds S: K rows
+    // kr0 + 16 mi + g (+8), value columns vc0 + 8 ni + 2t (+1) of this block's 64.
+    const int kr0 = 32 * (warp >> 1), vc0 = 32 * (warp & 1);
+    // Every per-element offset below is this thread's first one plus constants (XOR-ed with
+    // constants where a swizzle flips bits): the swizzles read only row / column bits that the
+    // thread's elements share (identities checked exhaustively; recomputing them per element and
+    // per chunk was most of the loop's integer work).
+    const int oS = cake_opaque((kr0 + g) * 128 + vc0 + 2 * t);  // dS element (kr0 + g, vc0 + 2t) in [128][128]
+    float S[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int o = oS + 2048 * mi + 8 * ni;
+            float2 lo = make_float2(0.f, 0.f), hi = make_float2(0.f, 0.f);
+            if (has_dht) {
+                lo = *reinterpret_cast<const float2*>(dht + state_base + o);
+                hi = *reinterpret_cast<const float2*>(dht + state_base + o + 1024);
+            }
+            S[mi][ni][0] = lo.x; S[mi][ni][1] = lo.y; S[mi][ni][2] = hi.x; S[mi][ni][3] = hi.y;
+        }
+
+    // Load group A (Kd^T, Aqk, dO): needed by phase A, free again after it. Kd^T and Aqk: rows
+    // rA + 16 i (tr64 reads r's bits 2-3), chunk cA; dO: rows rO, rO + 32 (at_or reads r's low 3
+    // bits), chunk cO.
+    const int rA = tid >> 4, cA = tid & 15, sA = tr64(rA, cA), gA = cake_opaque(rA * 64 + cA * 4);
+    const int rO = tid >> 3, cO = tid & 7, sO = at_or(rO, cO);
+    const long long gO = (long long)rO * tok_stride + cO * 8;
+    auto issue_a = [&](int ci) {
+        const long long wsi = (long long)ci * H + h;
+        const float* kd = Kd + wsi * 8192 + gA;
+        const float* aq = Aqk + wsi * 4096 + gA;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + sA + 1024 * i, kd + 1024 * i, 16);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cake_cp_async16(As + sA + 1024 * i, aq + 1024 * i, 16);
+        const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
+        const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const bool ok = rO + 32 * i < L;
+            cake_cp_async16(Or + sO + 2048 * i, src + (ok ? gO + 32 * i * tok_stride : 0), ok ? 16 : 0);
+        }
+    };
+    // Load group B (Qg, W, gl): needed by phase B, free again after it. Rows rB + 8 j, chunk cB:
+    // odd j set r's bit 3, which flips tr128's chunk bit 2 (offset ^ 16).
+    const int rB = tid >> 5, cB = tid & 31, sB = tr128(rB, cB), gB = cake_opaque(rB * 128 + cB * 4);
+    auto issue_b = [&](int ci) {
+        const long long base = ((long long)ci * H + h) * 8192 + gB;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) cake_cp_async16(Qs + (sB ^ (16 * (j & 1))) + 1024 * j, Qg + base + 1024 * j, 16);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) cake_cp_async16(Ws + (sB ^ (16 * (j & 1))) + 1024 * j, W + base + 1024 * j, 16);
+        if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
+    };
+    // dS^T element (column kr0 + 16 mi + g + 8 h, row vc0 + 8 ni + 2t + b): sw reads the row's low
+    // 3 bits (2t + b), and mi, h set chunk bits 2, 1 that g and kr0 leave clear.
+    const int sT0 = cake_opaque(el128(vc0 + 2 * t, kr0 + g)), sT1 = cake_opaque(el128(vc0 + 2 * t + 1, kr0 + g));
+    auto store_st = [&]() {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                St[(sT0 ^ (16 * mi)) + 1024 * ni] = rtf32(S[mi][ni][0]);
+                St[(sT1 ^ (16 * mi)) + 1024 * ni] = rtf32(S[mi][ni][1]);
+                St[(sT0 ^ (16 * mi + 8)) + 1024 * ni] = rtf32(S[mi][ni][2]);
+                St[(sT1 ^ (16 * mi + 8)) + 1024 * ni] = rtf32(S[mi][ni][3]);
+            }
+    };
+    auto store_global = [&](float* dst) {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                float* d = dst + oS + 2048 * mi + 8 * ni;
+                *reinterpret_cast<float2*>(d) = make_float2(S[mi][ni][0], S[mi][ni][1]);
+                *reinterpret_cast<float2*>(d + 1024) = make_float2(S[mi][ni][2], S[mi][ni][3]);
+            }
+    };
+
+    if (nc > 0) {
+        issue_a(c0 + nc - 1);
+        cake_cp_async_commit();
+        issue_b(c0 + nc - 1);
+        cake_cp_async_commit();
+    }
+    store_st();
+
+    // Phase-A roles: dVn rows tb..tb+15 (tokens), value columns vc..vc+31 (vc = vc0).
+    const int tb = 16 * (warp >> 1), vc = 32 * (warp & 1);
+    // A gathers (rows 16 kp + 4t + e: swt = 2t): element e of row block kp at aA + 1024 kp + 64 e
+    // (column tb + g; + 8 sets chunk bit 1: ^ 8). B rows vc + 8 ni + g (sw(g)), chunks 4 kp + t:
+    // odd kp flips chunk bit 2 (^ 16), kp / 2 adds 8 chunks.
+    const int aA = cake_opaque(tr64(4 * t, (tb + g) >> 2) + (g & 3));
+    const int bO = cake_opaque(at64(vc + g, t)), bS = cake_opaque(at128(vc + g, t));
+    // dO conversion: staging chunk (tid & 63, tid >> 6) (+ 4: ^ 32); dO^T rows 8 (tid >> 6) + j
+    // (sw(j)), column tid & 63.
+    const int oR = cake_opaque(at_or(tid & 63, tid >> 6)), oT = cake_opaque(el64(8 * (tid >> 6), tid & 63));
+    // -dVn^T element (row vc + 8 ni + 2t + b, column tb + g + 8 h), dVn (tb + g, vc + 2t).
+    const int vT0 = cake_opaque(el64(vc + 2 * t, tb + g)), vT1 = cake_opaque(el64(vc + 2 * t + 1, tb + g));
+    const int oV = cake_opaque((tb + g) * 128 + vc + 2 * t);
+    // B gathers of phase B (columns kr0 + 16 mi + g + 8 h: chunk bits 2, 1 clear before).
+    const int aB = cake_opaque(tr128(4 * t, (kr0 + g) >> 2) + (g & 3));
+
+#pragma unroll 1
+    for (int i = nc - 1; i >= 0; --i) {
+        const int ci = c0 + i;
+        const long long wsi = (long long)ci * H + h;
+        cake_cp_async_wait<1>();  // group A of this chunk (group B may still be in flight)
+        __syncthreads();
+        // dO (bf16, rows >= L already zero) -> dO^T fp32 (bf16 is exact in TF32). A warp takes 32
+        // consecutive tokens of one 8-value chunk: the staging reads (swizzled by at_or) and the
+        // transposed scalar stores are both conflict-free.
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            const uint4 p = *reinterpret_cast<const uint4*>(Or + (oR ^ (32 * x)));
+            const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                Ot[(oT ^ (4 * sw(2 * e))) + 64 * (2 * e) + 2048 * x] = cake_bf16_lo(w4[e]);
+                Ot[(oT ^ (4 * sw(2 * e + 1))) + 64 * (2 * e + 1) + 2048 * x] = cake_bf16_hi(w4[e]);
+            }
+        }
+        __syncthreads();
+        // The gradient of this chunk's END state, before the chunk updates it: four float2 stores
+        // per kp step of Phase A's first product, so the store queue drains under the mma instead
+        // of stalling every warp in one burst (ncu, session 4).
+        float* const ds_out = dS_end != nullptr ? dS_end + wsi * 16384 + vb * 64 + oS : nullptr;
+
+        // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values). Aqk^T[i][j] = Aqk[j][i] is
+        // nonzero only for j >= i, so row block tb reads token blocks kp >= tb / 16.
+        float acc[4][4];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) acc[ni][x] = 0.f;
+#pragma unroll
+        for (int kp = 0; kp < 4; ++kp) {
+            if (ds_out != nullptr) {
+#pragma unroll
+                for (int x = 0; x < 2; ++x) {
+                    const int mi = kp >> 1, ni = 2 * (kp & 1) + x;
+                    float* d = ds_out + 2048 * mi + 8 * ni;
+                    *reinterpret_cast<float2*>(d) = make_float2(S[mi][ni][0], S[mi][ni][1]);
+                    *reinterpret_cast<float2*>(d + 1024) = make_float2(S[mi][ni][2], S[mi][ni][3]);
+                }
+            }
+            if (16 * kp >= tb) {
+                const float4 alo = ldt4<64>(As + aA + 1024 * kp), ahi = ldt4<64>(As + (aA ^ 8) + 1024 * kp);
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni)
+                    mma_k16(acc[ni], alo, ahi, ld4(Ot, (bO ^ (16 * (kp & 1))) + 512 * ni + 32 * (kp >> 1)));
+            }
+        }
+#pragma unroll 2
+        for (int kp = 0; kp < 8; ++kp) {
+            const float4 alo = ldt4<64>(Ks + aA + 1024 * kp), ahi = ldt4<64>(Ks + (aA ^ 8) + 1024 * kp);
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+                mma_k16(acc[ni], alo, ahi, ld4(St, (bS ^ (16 * (kp & 1))) + 1024 * ni + 32 * (kp >> 1)));
+        }
+        {
+            float* out = dVn + wsi * 8192 + vb * 64 + oV;
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                if (dVn != nullptr) {
+                    *reinterpret_cast<float2*>(out + 8 * ni) = make_float2(acc[ni][0], acc[ni][1]);
+                    *reinterpret_cast<float2*>(out + 8 * ni + 1024) = make_float2(acc[ni][2], acc[ni][3]);
+                }
+                // Negated so that phase B only adds: -W^T dVn = W^T (-dVn), negation is exact.
+                Vt[vT0 + 512 * ni] = -rtf32(acc[ni][0]);
+                Vt[vT1 + 512 * ni] = -rtf32(acc[ni][1]);
+                Vt[(vT0 ^ 8) + 512 * ni] = -rtf32(acc[ni][2]);
+                Vt[(vT1 ^ 8) + 512 * ni] = -rtf32(acc[ni][3]);
+            }
+        }
+        __syncthreads();
+        if (i > 0) issue_a(ci - 1);
+        cake_cp_async_commit();
+        cake_cp_async_wait<1>();  // group B of this chunk
+        __syncthreads();
+
+        // Phase B: dS = diag(gl) dS + Qg^T dO + W^T (-dVn) (every warp its own 32x32 tile).
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+            const float ga = Gs[kr0 + 16 * mi + g], gb = Gs[kr0 + 16 * mi + g + 8];
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                S[mi][ni][0] *= ga; S[mi][ni][1] *= ga;
+                S[mi][ni][2] *= gb; S[mi][ni][3] *= gb;
+            }
+        }
+#pragma unroll
+        for (int pass = 0; pass < 2; ++pass) {
+            const float* Asrc = pass == 0 ? Qs : Ws;
+            const float* Bsrc = pass == 0 ? Ot : Vt;
+#pragma unroll
+            for (int kp = 0; kp < 4; ++kp) {
+                float4 b4[4];
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) b4[ni] = ld4(Bsrc, (bO ^ (16 * (kp & 1))) + 512 * ni + 32 * (kp >> 1));
+#pragma unroll
+                for (int mi = 0; mi < 2; ++mi) {
+                    const float4 alo = ldt4<128>(Asrc + (aB ^ (16 * mi)) + 2048 * kp);
+                    const float4 ahi = ldt4<128>(Asrc + (aB ^ (16 * mi + 8)) + 2048 * kp);
+#pragma unroll
+                    for (int ni = 0; ni < 4; ++ni) mma_k16(S[mi][ni], alo, ahi, b4[ni]);
+                }
+            }
+        }
+        store_st();
+        __syncthreads();
+        if (i > 0) issue_b(ci - 1);
+        cake_cp_async_commit();
+    }
+    cake_cp_async_wait<0>();
+    if (store_dh0) store_global(dh0 + state_base);
+
+}
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state_bulk(
+    const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,
+    const float* __restrict__ Aqk, const float* __restrict__ gl,
+    const unsigned short* __restrict__ dout, const int* __restrict__ chunks,
+    const int* __restrict__ seq_chunks, const float* __restrict__ dht, float* __restrict__ dS_end,
+    float* __restrict__ dVn, float* __restrict__ dh0, int H, int has_dht, int store_dh0)
+{
+    bwd_state_bulk_pass(Qg, W, Kd, Aqk, gl, dout, chunks, seq_chunks, dht, dS_end, dVn, dh0, H, has_dht, store_dh0);
 }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:6a62df1ee469846a0d8f2e1d5e57da33d5afe448d5f7ccdbdf2346d701e77b8e
+// identity: sha256:0ff5cb9c81384f202d51a7e06b516b8bfe90863a82152b58c34df14504b2cae8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -253,6 +253,57 @@ __device__ __forceinline__ int cake_img_u(int r, int v) {
     return (v >> 6) * 4096 + r * 64 + ((((v & 63) >> 2) ^ cake_sw64(r)) << 2) + (v & 3);
 }
 // ---- end cake/chunk_image.cuh ----
+// ---- begin cake/mbar.cuh ----
+// mbarriers (shared-memory barrier objects, 8 bytes each) as one-way hand-offs between
+// warpgroups: n producer threads arrive (release), the consumers wait on the phase's parity
+// (acquire). Unlike a named barrier's arrive -> sync, compute-sanitizer's racecheck orders
+// ordinary shared-memory accesses through them, and synccheck accepts waits at any instruction
+// (tools/barrier_probe.py, docs/notes.md, session 21), so data written by ordinary stores may be
+// read by ordinary loads on the other side.
+
+// One thread initialises; every thread of the block passes a __syncthreads() before first use.
+__device__ __forceinline__ void cake_mbar_init(unsigned long long* b, int n) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(cake_smem_addr(b)), "r"(n) : "memory");
+}
+
+// One of the n arrivals of the current phase; the last completes it (the parity flips).
+__device__ __forceinline__ void cake_mbar_arrive(unsigned long long* b) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" :: "r"(cake_smem_addr(b)) : "memory");
+}
+
+// Wait until the phase of this parity (0 for the first, 1 for the second, ...) has completed.
+__device__ __forceinline__ void cake_mbar_wait(unsigned long long* b, int parity) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n"
+        "CAKE_MBAR_WAIT_%=:\n\t"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%0], %1;\n\t"
+        "@!p bra CAKE_MBAR_WAIT_%=;\n}"
+        :: "r"(cake_smem_addr(b)), "r"(parity) : "memory");
+}
+
+// After the inits, before any bulk copy completes on them: the mbarriers' initialisation made
+// visible to the async proxy (the bulk-copy engine that signals them).
+__device__ __forceinline__ void cake_mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// One of the n arrivals that also expects `bytes` more transaction bytes in this phase: the phase
+// completes once every arrival is in and every expected byte has landed.
+__device__ __forceinline__ void cake_mbar_expect_tx(unsigned long long* b, unsigned int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(cake_smem_addr(b)), "r"(bytes) : "memory");
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by the
+// bulk-copy engine, landing as transaction bytes of mbarrier b's phase in progress. One thread
+// issues the copy of a whole tile; the readers wait on the mbarrier (acquire), which also makes
+// the async proxy's writes visible to wgmma and to ordinary loads.
+__device__ __forceinline__ void cake_bulk_load(void* dst, const void* src, unsigned int bytes,
+                                               unsigned long long* b) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(cake_smem_addr(dst)), "l"(src), "r"(bytes), "r"(cake_smem_addr(b)) : "memory");
+}
+// ---- end cake/mbar.cuh ----
 
 namespace {
 
@@ -262,7 +313,6 @@ __device__ __forceinline__ int at_or(int r, int cc) { return r * 64 + ((cc ^ (r 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
 }  // namespace
-
 extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,
     const float* __restrict__ Aqk, const float* __restrict__ gl,
@@ -273,10 +323,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // ---- sm_90a: the products on wgmma with A from registers (its A operands are the transposes
     // of the stored layouts; tf32 wgmma has no transpose) and B from shared memory in the K-major
     // swizzled layout (docs/wgmma-plan.md). Each warpgroup computes 32 value columns of dVn and
-    // updates its 64 key rows of dS.
+    // updates its 64 key rows of dS. Kd^T, Aqk, Qg and W come in the image kda_fwd_chunk stores
+    // them in (kda_fwd_state's, cake/chunk_image.cuh): in the bulk form (kda_bwd_state_bulk), one
+    // bulk copy each, and the A fragments are gathered from that image; else in 16-byte cp.async
+    // pieces into this program's gather layout.
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
     float* Ks = reinterpret_cast<float*>(smem);  // Kd^T [128 d][64 tok]   (A, gathered)
-    float* As = Ks + 128 * 64;                   // Aqk  [64 j][64 i]      (A, gathered)
+    float* As = Ks + 128 * 64;                   // Aqk  [64][64]          (A, gathered)
     float* Qs = As + 64 * 64;                    // Qg   [64 tok][128 d]   (A, gathered)
     float* Ws = Qs + 64 * 128;                   // W    [64 tok][128 d]   (A, gathered)
     float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]    (B, wgmma layout)
@@ -297,8 +350,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // A thread's element x: row row_of(x), column 8 (x >> 2) + 2t + (x & 1).
     auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
     const int kd0 = 64 * wg;  // this warpgroup's key rows of dS
-    // A tiles stored [k][m] with the 16-byte chunks of row k XOR-ed by 2 (k % 4): the register-A
-    // gathers (rows k0 + t, columns m0 + g, t = 0..3, g = 0..7) hit 32 distinct banks.
+    // cp.async form: A tiles stored [k][m] with the 16-byte chunks of row k XOR-ed by 2 (k % 4):
+    // the register-A gathers (rows k0 + t, columns m0 + g, t = 0..3, g = 0..7) hit 32 distinct
+    // banks.
     auto ag = [](int M, int k, int m) { return k * M + ((((m >> 2) ^ ((k & 3) << 1))) << 2) + (m & 3); };
     // A fragment of k8 step s: rows m0 + 16 w + g (+ 8), reduction indices 8 s + t (+ 4).
     // Rows 8 s + t (+ 4) keep k % 4 = t, so step s is step 0 plus 8 s rows: two swizzled offsets
@@ -325,13 +379,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     for (int x = 0; x < 32; ++x)
         S[x] = has_dht ? dht[state_base + oS + 128 * hx(x) + 8 * (x >> 2) + (x & 1)] : 0.f;
 
-    // The tiles come in kda_fwd_state's image (cake/chunk_image.cuh): 128-byte rows (in pk order
-    // for W and Kd^T) of 32-float panels, their 16-byte chunks swizzled by row % 8. Thread (row q =
-    // tid / 8, chunk u = tid % 8) copies chunk u of image rows q + 32 j of each panel, so a warp
-    // reads 512 contiguous bytes (rows read piecewise across panels, 8 KB apart, cost bwd_state
-    // ~2 %: docs/notes.md, session 22); the piece is element (row, 4 (u ^ q % 8)) of the panel, with
-    // row = q or pk(q) (+ 32 j, which keeps row % 8 and pk), and goes to its place in this
-    // program's gather layout ag. Piece offsets: this thread's first plus constants.
+    // The tiles come as kda_fwd_chunk stored them (kda_fwd_state's image). Bulk form: thread 0
+    // issues one bulk copy each, landing on the group's transaction mbarrier. cp.async form: the
+    // image's 128-byte rows (in pk order for W and Kd^T) of 32-float panels, their 16-byte chunks
+    // swizzled by row % 8; thread (row q = tid / 8, chunk u = tid % 8) copies chunk u of image
+    // rows q + 32 j of each panel (a warp reads 512 contiguous bytes), element (row, 4 (u ^ q % 8))
+    // of the panel with row = q or pk(q), to its place in the gather layout ag. dO's rows
+    // (token-major in global memory) come in 16-byte cp.async pieces from every thread in both.
     const int q8 = tid >> 3, cq = 4 * ((tid & 7) ^ (q8 & 7)), gI = 32 * q8 + 4 * (tid & 7);
     const int sKd = ag(64, cake_pk(q8), cq), sA = ag(64, q8, cq);
     const int sQ = ag(128, q8, cq), sW = ag(128, cake_pk(q8), cq);
@@ -353,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
             cake_cp_async16(Or + sO + 2048 * i, src + (ok ? gO + 32 * i * tok_stride : 0), ok ? 16 : 0);
         }
     };
-    auto issue_b = [&](int ci) {
+    auto issue_b = [&](int ci) {  // cp.async form: committed by the caller
         const long long base = ((long long)ci * H + h) * 8192;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {  // Qg and W [64 tok][128 d]: four panels of 64 rows
@@ -421,8 +475,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             unsigned int a[4];
-            afrag(As, 64, 0, s, a);
-            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(Ot), vw, s), s > 0);
+afrag(As, 64, 0, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(Ot), vw, s), s > 0);
         }
         // Fully unrolled: ptxas then loads each step's A fragment ahead of the wgmma before it
         // (237 registers); unrolled by 4, each group's first wgmma waited on its gathers
@@ -430,8 +483,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 #pragma unroll
         for (int s = 0; s < 16; ++s) {
             unsigned int a[4];
-            afrag(Ks, 64, 0, s, a);
-            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(St), vw, s), 1);
+afrag(Ks, 64, 0, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(St), vw, s), 1);
         }
         cake_wgmma_commit();
         // Ks / As / Or are read into registers by the time the products issue (register A, dO
@@ -461,14 +513,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             unsigned int a[4];
-            afrag(Qs, 128, kd0, s, a);
-            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Ot), 0, s), 1);
+afrag(Qs, 128, kd0, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Ot), 0, s), 1);
         }
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             unsigned int a[4];
-            afrag(Ws, 128, kd0, s, a);
-            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
+afrag(Ws, 128, kd0, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
         }
         cake_wgmma_commit();
         // Qs / Ws / Gs read (register A, S scaled): the next chunk's group B is copied while
@@ -481,4 +531,252 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     }
     cake_cp_async_wait<0>();
     if (store_dh0) store_global(dh0 + state_base);
+
+}
+
+// The bulk form's body in a device function that the kernel inlines: rendered straight into the
+// kernel, its presence took kda_bwd_state's registers from 237 to 246 (NVRTC 13.5).
+namespace {
+__device__ __forceinline__ void bwd_state_bulk_pass(
+    const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,
+    const float* __restrict__ Aqk, const float* __restrict__ gl,
+    const unsigned short* __restrict__ dout, const int* __restrict__ chunks,
+    const int* __restrict__ seq_chunks, const float* __restrict__ dht, float* __restrict__ dS_end,
+    float* __restrict__ dVn, float* __restrict__ dh0, int H, int has_dht, int store_dh0)
+{
+    // ---- sm_90a: the products on wgmma with A from registers (its A operands are the transposes
+    // of the stored layouts; tf32 wgmma has no transpose) and B from shared memory in the K-major
+    // swizzled layout (docs/wgmma-plan.md). Each warpgroup computes 32 value columns of dVn and
+    // updates its 64 key rows of dS. Kd^T, Aqk, Qg and W come in the image kda_fwd_chunk stores
+    // them in (kda_fwd_state's, cake/chunk_image.cuh): in the bulk form (kda_bwd_state_bulk), one
+    // bulk copy each, and the A fragments are gathered from that image; else in 16-byte cp.async
+    // pieces into this program's gather layout.
+    extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
+    float* Ks = reinterpret_cast<float*>(smem);  // Kd^T [128 d][64 tok]   (A, gathered)
+    float* As = Ks + 128 * 64;                   // Aqk  [64][64]          (A, gathered)
+    float* Qs = As + 64 * 64;                    // Qg   [64 tok][128 d]   (A, gathered)
+    float* Ws = Qs + 64 * 128;                   // W    [64 tok][128 d]   (A, gathered)
+    float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]    (B, wgmma layout)
+    float* St = Ot + 64 * 64;                    // dS^T [64 v][128 d], TF32 (B)
+    float* Vt = St + 64 * 128;                   // -dVn^T [64 v][64 tok], TF32 (B)
+    float* Gs = Vt + 64 * 64;                    // gl [128]
+    unsigned short* Or = reinterpret_cast<unsigned short*>(Gs + 128);  // dO staging [64 tok][64 v] bf16
+    // transaction mbarriers of the bulk copies: group A (Kd^T, Aqk), group B (Qg, W, gl)
+    unsigned long long* const mbA = reinterpret_cast<unsigned long long*>(Or + 64 * 64);
+    unsigned long long* const mbB = mbA + 1;
+    // wgmma descriptors' low words from one shared-memory address (cake_wg_desc_at: one add a step)
+    const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
+    auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ks) >> 2); };
+
+    const int vb = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
+    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3;
+    const int g = (tid & 31) >> 2, t = tid & 3;
+    const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
+    const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
+    const long long tok_stride = (long long)H * 128;
+    // A thread's element x: row row_of(x), column 8 (x >> 2) + 2t + (x & 1).
+    auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
+    const int kd0 = 64 * wg;  // this warpgroup's key rows of dS
+    // cp.async form: A tiles stored [k][m] with the 16-byte chunks of row k XOR-ed by 2 (k % 4):
+    // the register-A gathers (rows k0 + t, columns m0 + g, t = 0..3, g = 0..7) hit 32 distinct
+    // banks.
+    auto ag = [](int M, int k, int m) { return k * M + ((((m >> 2) ^ ((k & 3) << 1))) << 2) + (m & 3); };
+    // A fragment of k8 step s: A rows m = m0 + 16 w + g (+ 8), reduction indices 8 s + t (+ 4),
+    // gathered from a tile image (cake_wg_idx<ROWS>(row, col)) whose ROW is the reduction index:
+    // image row r0 + 8 s holds index 8 s + t and r1 + 8 s index 8 s + t + 4 (pk-ordered rows:
+    // r0 = 2 t, r1 = 2 t + 1; natural rows: t, t + 4), its column is m. A row's swizzle reads
+    // row % 8 only, so step s is step 0 plus 8 rows (256 floats): four offsets a tile, the rest
+    // immediates. Banks: ((m / 4 % 8) ^ (row % 8)) * 4 + m % 4, so the pk-ordered tiles (Kd^T, W)
+    // are conflict-free and the natural ones (Aqk, Qg) 2-way.
+    auto afrag = [&](const float* tile, int rows, int m0, bool pk, int s, unsigned int (&a)[4]) {
+        const int m = m0 + 16 * w + g;
+        const int r0 = pk ? 2 * t : t, r1 = pk ? 2 * t + 1 : t + 4;
+        const float* p = tile + 256 * s;
+        auto at = [&](int r, int c) { return (c >> 5) * (rows * 32) + r * 32 + ((((c >> 2) & 7) ^ (r & 7)) << 2) + (c & 3); };
+        a[0] = __float_as_uint(p[at(r0, m)]);
+        a[1] = __float_as_uint(p[at(r0, m + 8)]);
+        a[2] = __float_as_uint(p[at(r1, m)]);
+        a[3] = __float_as_uint(p[at(r1, m + 8)]);
+    };
+
+    // A thread's elements: x's bits 0, 1 and 2-4 add column 1, row 8 and columns 8 (x >> 2). In
+    // the wgmma layout (cake_wg_idx) row 8 flips chunk bit 1 of every element here (^ 8), and the
+    // 8-column steps keep the swizzle (+ 256), so each tile's offsets are two per thread (column
+    // parity b) plus constants, where recomputing them per element cost registers and per-chunk
+    // instructions (identities checked exhaustively).
+    auto hx = [](int x) { return 8 * ((x >> 1) & 1); };  // the XOR of row + 8
+    const int oS = cake_opaque((kd0 + 16 * w + g) * 128 + 2 * t);  // dS element (kd0 + row_of(0), 2t)
+    float S[32];
+#pragma unroll
+    for (int x = 0; x < 32; ++x)
+        S[x] = has_dht ? dht[state_base + oS + 128 * hx(x) + 8 * (x >> 2) + (x & 1)] : 0.f;
+
+    // The tiles come as kda_fwd_chunk stored them (kda_fwd_state's image). Bulk form: thread 0
+    // issues one bulk copy each, landing on the group's transaction mbarrier. cp.async form: the
+    // image's 128-byte rows (in pk order for W and Kd^T) of 32-float panels, their 16-byte chunks
+    // swizzled by row % 8; thread (row q = tid / 8, chunk u = tid % 8) copies chunk u of image
+    // rows q + 32 j of each panel (a warp reads 512 contiguous bytes), element (row, 4 (u ^ q % 8))
+    // of the panel with row = q or pk(q), to its place in the gather layout ag. dO's rows
+    // (token-major in global memory) come in 16-byte cp.async pieces from every thread in both.
+    const int q8 = tid >> 3, cq = 4 * ((tid & 7) ^ (q8 & 7)), gI = 32 * q8 + 4 * (tid & 7);
+    const int sKd = ag(64, cake_pk(q8), cq), sA = ag(64, q8, cq);
+    const int sQ = ag(128, q8, cq), sW = ag(128, cake_pk(q8), cq);
+    const int rO = tid >> 3, sO = at_or(rO, tid & 7);
+    const long long gO = (long long)rO * tok_stride + (tid & 7) * 8;
+    if (tid == 0) {
+        cake_mbar_init(mbA, 1);
+        cake_mbar_init(mbB, 1);
+        cake_mbar_init_fence();
+    }
+    __syncthreads();
+    auto issue_a = [&](int ci) {
+        const long long wsi = (long long)ci * H + h;
+        if (tid == 0) {
+            cake_mbar_expect_tx(mbA, 32768 + 16384);
+            cake_bulk_load(Ks, Kd + wsi * 8192, 32768, mbA);
+            cake_bulk_load(As, Aqk + wsi * 4096, 16384, mbA);
+        }
+        const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
+        const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {  // dO: rows rO, rO + 32 (at_or reads r's low 3 bits)
+            const bool ok = rO + 32 * i < L;
+            cake_cp_async16(Or + sO + 2048 * i, src + (ok ? gO + 32 * i * tok_stride : 0), ok ? 16 : 0);
+        }
+    };
+    auto issue_b = [&](int ci) {  // cp.async form: committed by the caller
+        const long long wsi = (long long)ci * H + h;
+        if (tid == 0) {
+            cake_mbar_expect_tx(mbB, 32768 + 32768 + 512);
+            cake_bulk_load(Qs, Qg + wsi * 8192, 32768, mbB);
+            cake_bulk_load(Ws, W + wsi * 8192, 32768, mbB);
+            cake_bulk_load(Gs, gl + wsi * 128, 512, mbB);
+        }
+    };
+    const int sT0 = cake_opaque(cake_wg_idx<64>(2 * t, kd0 + 16 * w + g)), sT1 = cake_opaque(cake_wg_idx<64>(2 * t + 1, kd0 + 16 * w + g));
+    auto store_st = [&]() {
+#pragma unroll
+        for (int x = 0; x < 32; ++x) St[((x & 1 ? sT1 : sT0) ^ hx(x)) + 256 * (x >> 2)] = rtf32(S[x]);
+    };
+    auto store_global = [&](float* dst) {
+#pragma unroll
+        for (int x = 0; x < 32; x += 2)
+            *reinterpret_cast<float2*>(dst + oS + 128 * hx(x) + 8 * (x >> 2)) = make_float2(S[x], S[x + 1]);
+    };
+
+    if (nc > 0) {
+        issue_a(c0 + nc - 1);
+        cake_cp_async_commit();
+        issue_b(c0 + nc - 1);
+    }
+    store_st();
+    // dO conversion: staging chunk (tid & 63, tid >> 6) (+ 4: ^ 32); dO^T rows 8 (tid >> 6) + j
+    // (row % 8 = j flips chunk bits: ^ 4j), column tid & 63.
+    const int oR = cake_opaque(at_or(tid & 63, tid >> 6)), oT = cake_opaque(cake_wg_idx<64>(8 * (tid >> 6), tid & 63));
+    // -dVn^T element (row vw + 8 (x >> 2) + 2t + (x & 1), column row_of(x)), dVn (row_of(0), vw + 2t).
+    const int vw = 32 * __shfl_sync(0xffffffff, wg, 0);  // warp-uniform to ptxas: phase A's descriptors
+    const int vT0 = cake_opaque(cake_wg_idx<64>(vw + 2 * t, 16 * w + g)), vT1 = cake_opaque(cake_wg_idx<64>(vw + 2 * t + 1, 16 * w + g));
+    const int oV = cake_opaque((16 * w + g) * 128 + vw + 2 * t);
+
+#pragma unroll 1
+    for (int i = nc - 1; i >= 0; --i) {
+        const int ci = c0 + i;
+        const long long wsi = (long long)ci * H + h;
+        const int ph = (nc - 1 - i) & 1;  // the mbarriers' phase of this chunk
+        cake_cp_async_wait<0>();  // dO of this chunk
+        __syncthreads();
+        // dO (bf16, rows >= L already zero) -> dO^T fp32 in the wgmma layout (bf16 is exact in TF32).
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            const uint4 p = *reinterpret_cast<const uint4*>(Or + (oR ^ (32 * x)));
+            const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                Ot[(oT ^ (8 * e)) + 64 * e + 1024 * x] = cake_bf16_lo(w4[e]);
+                Ot[(oT ^ (8 * e + 4)) + 64 * e + 32 + 1024 * x] = cake_bf16_hi(w4[e]);
+            }
+        }
+        cake_fence_proxy_async();  // dO^T and dS^T (generic stores) -> wgmma's reads
+        __syncthreads();
+
+        // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values), warpgroup wg its 32 value
+        // columns 32 wg + [0, 32) (m64n32: the same k steps per element as one m64n64 product).
+        // The gradient of this chunk's END state goes out first: dS (a wgmma accumulator) read
+        // between phase A's issue and its wait made ptxas inject a wait there (C7517).
+        if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
+        cake_mbar_wait(mbA, ph);  // Kd^T, Aqk of this chunk
+        float acc[16];
+#pragma unroll
+        for (int x = 0; x < 16; ++x) acc[x] = 0.f;
+        cake_wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            unsigned int a[4];
+afrag(As, 64, 0, false, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(Ot), vw, s), s > 0);
+        }
+        // Fully unrolled: ptxas then loads each step's A fragment ahead of the wgmma before it
+        // (237 registers); unrolled by 4, each group's first wgmma waited on its gathers
+        // (docs/notes.md, session 32: kda_bwd_state -1.1..-1.5 %).
+#pragma unroll
+        for (int s = 0; s < 16; ++s) {
+            unsigned int a[4];
+afrag(Ks, 128, 0, true, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(St), vw, s), 1);
+        }
+        cake_wgmma_commit();
+        // Ks / As / Or are read into registers by the time the products issue (register A, dO
+        // converted): the next chunk's group A is copied while phase A runs, not after it.
+        __syncthreads();
+        if (i > 0) issue_a(ci - 1);
+        cake_cp_async_commit();
+        cake_wgmma_wait<0>();
+        {
+            float* out = dVn + wsi * 8192 + vb * 64 + oV;
+#pragma unroll
+            for (int x = 0; x < 16; ++x) {
+                if (dVn != nullptr && (x & 1) == 0)
+                    *reinterpret_cast<float2*>(out + 128 * hx(x) + 8 * (x >> 2)) = make_float2(acc[x], acc[x + 1]);
+                // Negated so that phase B only adds: -W^T dVn = W^T (-dVn), negation is exact.
+                Vt[((x & 1 ? vT1 : vT0) ^ hx(x)) + 256 * (x >> 2)] = -rtf32(acc[x]);
+            }
+        }
+        cake_mbar_wait(mbB, ph);  // Qg, W, gl of this chunk
+        cake_fence_proxy_async();  // -dVn^T -> wgmma's reads
+        __syncthreads();
+
+        // Phase B: dS = diag(gl) dS + Qg^T dO + W^T (-dVn) (each warpgroup its 64 key rows).
+#pragma unroll
+        for (int x = 0; x < 32; ++x) S[x] *= Gs[kd0 + row_of(x)];
+        cake_wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            unsigned int a[4];
+afrag(Qs, 64, kd0, false, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Ot), 0, s), 1);
+        }
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+            unsigned int a[4];
+afrag(Ws, 64, kd0, true, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
+        }
+        cake_wgmma_commit();
+        // Qs / Ws / Gs read (register A, S scaled): the next chunk's group B is copied while
+        // phase B runs (docs/notes.md, session 31: bwd_state -2.3..-4.1 %)
+        __syncthreads();
+        if (i > 0) issue_b(ci - 1);
+        cake_wgmma_wait<0>();
+        store_st();  // read by the next chunk's phase A after its fence and barriers
+    }
+    cake_cp_async_wait<0>();
+    if (store_dh0) store_global(dh0 + state_base);
+
+}
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state_bulk(
+    const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,
+    const float* __restrict__ Aqk, const float* __restrict__ gl,
+    const unsigned short* __restrict__ dout, const int* __restrict__ chunks,
+    const int* __restrict__ seq_chunks, const float* __restrict__ dht, float* __restrict__ dS_end,
+    float* __restrict__ dVn, float* __restrict__ dh0, int H, int has_dht, int store_dh0)
+{
+    bwd_state_bulk_pass(Qg, W, Kd, Aqk, gl, dout, chunks, seq_chunks, dht, dS_end, dVn, dh0, H, has_dht, store_dh0);
 }
