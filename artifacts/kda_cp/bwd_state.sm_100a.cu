@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:ee4091959dcbf35a3c1e728b17ac9b819a1664e5ab5707751b2438a54ab9e4ea
+// identity: sha256:46e70fe049c9c11b40cadd5470a7f7b1963b11b5aa764210e6f26ce0222b61b7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

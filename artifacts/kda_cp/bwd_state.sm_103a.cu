@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:7a34f4c803f7c345397cbf98b5f75f3f4016b7a0e60d0b319b1eddcdc1cbc585
+// identity: sha256:6d7768b8d5cffc9a2d6ba576b311db152f9612dd09d61ccff338b62a3371540a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

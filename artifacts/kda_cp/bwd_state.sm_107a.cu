@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:3c38e410426d1b93e5e3c3f87e0ae086de077744e2845a454e2c2c385c52ab26
+// identity: sha256:5752b3197dab7f18b9fb53e8d9df5aec2bd25f298ed9f8d3a62d26aeccda2fe6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:a0d698c3f40fd2396a6a78e9a4da0049f72f67a54b7c26c95945d87a0e9ab825
+// identity: sha256:acea6b4d1e2e3bcefe37ebbd75bfbdcc1afd02bcf71aa398c427ffe2fa807203
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:5fa013f8cb64bc4ec9d5d72d7eb0ccf7adffb09c81763a7a0cc9b3c827e61cef
+// identity: sha256:60a22eb056059ffcc0c24a6080cb048fad28b86fae12d88aa840f305bf7adaac
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

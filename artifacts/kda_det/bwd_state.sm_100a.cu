@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:2bd6786a5634adbdb48234b0a815dbd851effa6e2ac917a95cc85b65eb8abca6
+// identity: sha256:7e94611ee437aadd98023bd58edc802ba62b664492dc29fd03f3eaebf7465b5f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:da587810e4579c8ebae2936e41823cdeb454b6e44e56015a8180a066bd2e3495
+// identity: sha256:1475e89848d6fdad2c5e725af732268d0bd576d84b2470efe2ef5da4561c30d0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

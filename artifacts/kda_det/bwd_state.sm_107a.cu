@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:d17a7a7a199ac95fe1886ace515d785c735478dae2472ba74b0a8ca77fad7504
+// identity: sha256:fc6c82f612db75e01849190fe19cfdbc8ef6175456419c5bf42cf46c75a1dfaa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

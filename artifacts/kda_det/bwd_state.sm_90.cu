@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:ceab83ced8e90cdf701b1c8867d7aa1fef179323d0c60048c18eaa6108c55574
+// identity: sha256:66c35c2ac3ba908a4107a196fa54f1d2e9356a55d571449d602da1a7847a46d6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:0ff5cb9c81384f202d51a7e06b516b8bfe90863a82152b58c34df14504b2cae8
+// identity: sha256:e846a91106add961db453743581b247fcc16b646c6baf3330ec02a919865826f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

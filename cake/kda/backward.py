@@ -113,8 +113,8 @@ def _static(
     return _Static(
         layout=layout,
         plan=plan,
-        # split calls' segment passes take the chunk tiles by bulk copy (sm_90a: -3.5..-4.1 % of
-        # their kda_bwd_state time); serial calls keep the cp.async form (docs/notes.md session 43)
+        # split calls' segment passes take the chunk tiles by bulk copy (sm_90a: -4.5 % of their
+        # kda_bwd_state time); serial calls keep the cp.async form (docs/notes.md session 43)
         state=kernel(BWD_STATE, "kda_bwd_state_bulk" if plan.any_split else "kda_bwd_state"),
         combine=kernel(COMBINE, "kda_seg_combine") if plan.any_split else None,
         chunk=kernel(bwd_chunk_record(config, g_dtype), "kda_bwd_chunk"),
