@@ -38,6 +38,17 @@ def test_ab_table_keys_times_by_variant_row_kernel_and_tree():
     assert len(times) == 3
 
 
+def test_ab_table_lists_the_bulk_state_kernel_under_its_pass():
+    log = """== g:off:saved new
+R2 g:off:saved segments=auto (seg_chunks=18 fill_blocks=2): per fwd+bwd, us
+      132.5  x2   kda_bwd_state_bulk
+== g:off:saved base
+R2 g:off:saved segments=auto (seg_chunks=18 fill_blocks=2): per fwd+bwd, us
+      138.5  x2   kda_bwd_state
+"""
+    assert parse(log) == {("g:off:saved", "R2", "kda_bwd_state"): {"new": 132.5, "base": 138.5}}
+
+
 def test_wall_table_compares_the_mean_of_the_two_runs_with_the_base(tmp_path, capsys):
     def bench_json(name, ms):
         rec = {"row": "R2", "gate": "g", "l2n": "off", "op": "fwd+bwd", "cake_ms": ms}

@@ -5,7 +5,9 @@
 ab.txt holds, per variant and tree, the lines of tools/kernel_times.py: "== <variant> <new|base|new2>",
 then "<row> <variant> segments=...: per fwd+bwd, us" and "<us> x<n> <kernel>" / "<us> total ...".
 Prints one line per (variant, row, kernel) with the three times and new / base - 1 (the mean of
-the two runs here).
+the two runs here). Kernels that are forms of one pass (SAME_PASS: kda_bwd_state_bulk, which
+split calls launch in place of kda_bwd_state) are listed under the pass's name, so that a tree
+that switched form still lines up with its base.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import re
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+SAME_PASS = {"kda_bwd_state_bulk": "kda_bwd_state"}
 
 
 def parse(text: str) -> dict[tuple[str, str, str], dict[str, float]]:
@@ -25,7 +29,8 @@ def parse(text: str) -> dict[tuple[str, str, str], dict[str, float]]:
         elif m := re.match(r"(\S+) \S+ segments=", line):
             row = m.group(1)
         elif m := re.match(r"\s*([\d.]+)\s+x\d+\s+(\S+)", line):
-            times[(variant, row, m.group(2))][tree] = float(m.group(1))
+            t = times[(variant, row, SAME_PASS.get(m.group(2), m.group(2)))]
+            t[tree] = t.get(tree, 0.0) + float(m.group(1))  # both forms in one call: the pass's sum
         elif m := re.match(r"\s*([\d.]+)\s+total", line):
             times[(variant, row, "total")][tree] = float(m.group(1))
     return times
