@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:46e70fe049c9c11b40cadd5470a7f7b1963b11b5aa764210e6f26ce0222b61b7
+// identity: sha256:ea8411bbce2dd9364b837c60d82ed1681df860cd44157e982a8951269ff4f5cf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -393,8 +393,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 
 }
 
-// The bulk form's body in a device function that the kernel inlines: rendered straight into the
-// kernel, its presence took kda_bwd_state's registers from 237 to 246 (NVRTC 13.5).
+// The second kernel's body in a device function that it inlines: rendered straight into the
+// kernel, its presence took kda_bwd_state's registers from 237 to 246 on sm_90a (NVRTC 13.5).
+// (The portable programs render the same body twice: inlined from one device function into
+// both kernels, it moved kda_bwd_state's sm_100a code, 218 -> 220 registers.)
 namespace {
 __device__ __forceinline__ void bwd_state_bulk_pass(
     const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:5752b3197dab7f18b9fb53e8d9df5aec2bd25f298ed9f8d3a62d26aeccda2fe6
+// identity: sha256:e5f00a5a626f6b55ba59201f7a4d79eb65550981d0676a902a94161d6a7d9410
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -393,8 +393,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 
 }
 
-// The bulk form's body in a device function that the kernel inlines: rendered straight into the
-// kernel, its presence took kda_bwd_state's registers from 237 to 246 (NVRTC 13.5).
+// The second kernel's body in a device function that it inlines: rendered straight into the
+// kernel, its presence took kda_bwd_state's registers from 237 to 246 on sm_90a (NVRTC 13.5).
+// (The portable programs render the same body twice: inlined from one device function into
+// both kernels, it moved kda_bwd_state's sm_100a code, 218 -> 220 registers.)
 namespace {
 __device__ __forceinline__ void bwd_state_bulk_pass(
     const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,

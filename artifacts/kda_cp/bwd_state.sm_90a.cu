@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:60a22eb056059ffcc0c24a6080cb048fad28b86fae12d88aa840f305bf7adaac
+// identity: sha256:becd1c1576ae381d6cdced9e47a1d3c00b8ed9c3d9291b7aa2eba8a9f923d34c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -534,8 +534,10 @@ afrag(Ws, 128, kd0, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64
 
 }
 
-// The bulk form's body in a device function that the kernel inlines: rendered straight into the
-// kernel, its presence took kda_bwd_state's registers from 237 to 246 (NVRTC 13.5).
+// The second kernel's body in a device function that it inlines: rendered straight into the
+// kernel, its presence took kda_bwd_state's registers from 237 to 246 on sm_90a (NVRTC 13.5).
+// (The portable programs render the same body twice: inlined from one device function into
+// both kernels, it moved kda_bwd_state's sm_100a code, 218 -> 220 registers.)
 namespace {
 __device__ __forceinline__ void bwd_state_bulk_pass(
     const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,

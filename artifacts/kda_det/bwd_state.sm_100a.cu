@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:7e94611ee437aadd98023bd58edc802ba62b664492dc29fd03f3eaebf7465b5f
+// identity: sha256:a8cabbfa7b6e2300b83031b96818ce5a7c2b9fc836fa2db39bb4d210d5a53893
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -393,8 +393,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 
 }
 
-// The bulk form's body in a device function that the kernel inlines: rendered straight into the
-// kernel, its presence took kda_bwd_state's registers from 237 to 246 (NVRTC 13.5).
+// The second kernel's body in a device function that it inlines: rendered straight into the
+// kernel, its presence took kda_bwd_state's registers from 237 to 246 on sm_90a (NVRTC 13.5).
+// (The portable programs render the same body twice: inlined from one device function into
+// both kernels, it moved kda_bwd_state's sm_100a code, 218 -> 220 registers.)
 namespace {
 __device__ __forceinline__ void bwd_state_bulk_pass(
     const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,

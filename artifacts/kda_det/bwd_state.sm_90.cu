@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:66c35c2ac3ba908a4107a196fa54f1d2e9356a55d571449d602da1a7847a46d6
+// identity: sha256:f39d80980a63060b613b7b4a7617fabcdc7b6e136df10041ebf6b2fc2ef218ba
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -393,8 +393,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 
 }
 
-// The bulk form's body in a device function that the kernel inlines: rendered straight into the
-// kernel, its presence took kda_bwd_state's registers from 237 to 246 (NVRTC 13.5).
+// The second kernel's body in a device function that it inlines: rendered straight into the
+// kernel, its presence took kda_bwd_state's registers from 237 to 246 on sm_90a (NVRTC 13.5).
+// (The portable programs render the same body twice: inlined from one device function into
+// both kernels, it moved kda_bwd_state's sm_100a code, 218 -> 220 registers.)
 namespace {
 __device__ __forceinline__ void bwd_state_bulk_pass(
     const float* __restrict__ Qg, const float* __restrict__ W, const float* __restrict__ Kd,
