@@ -698,6 +698,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         # kda_fwd_state's since session 10, could take off: docs/notes.md, next session)
         "chain": BWD_CHAIN,
         "chain-nobar": BWD_CHAIN + [("__syncthreads();", ";")],
+        "nowgmma": NO_WGMMA + [("NOOP:", "#define cake_wgmma_n32_rs(...) ((void)0)")],
         "chain-nowgmma": BWD_CHAIN
         + [
             ("NOOP:", "#define cake_wgmma_n64_rs(...) ((void)0)"),
@@ -728,6 +729,9 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "nostfence": [(_ST_FENCE, _ST_FENCE.replace("cake_fence_proxy_async();", ""))],
         "noprecise": NO_PRECISE,
         "nopf": NO_PREFETCH,
+        # every product left out, or every load: what the chain's tensor work / its copies cost
+        "nowgmma": NO_WGMMA,
+        "noload": NO_LOAD,
     },
     # kda_bwd_chunk's L2 prefetches (dS_end in phase 0; the raw gate input x in phase 6) left out
     **{
