@@ -189,3 +189,6 @@ class Module:
 
     def __getitem__(self, symbol: str) -> Function:
         return self.kernels[symbol]
+
+    def __contains__(self, symbol: object) -> bool:
+        return symbol in self.kernels

@@ -15,11 +15,26 @@ from .spec import Arch, Feature, Stage, Variant
 from .tree import Tree
 
 
+class KernelSpec(Kernel):
+    """A kernel as packages.toml declares it: its launch record, and the archs whose programs have
+    it (None: every program of the stage). A kernel that only one arch's code has (sm_90a's
+    warpgroup forms) names that arch; the host asks the program whether it has the kernel."""
+
+    archs: tuple[Arch, ...] | None = None
+
+    def launch(self) -> Kernel:
+        return Kernel(symbol=self.symbol, threads=self.threads, smem=self.smem, args=self.args)
+
+
 class StageSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     template: str  # relative to generators/templates
     features: tuple[Feature, ...] = ()
-    kernels: tuple[Kernel, ...]
+    kernels: tuple[KernelSpec, ...]
+
+    def kernels_for(self, arch: Arch) -> tuple[Kernel, ...]:
+        """The kernels of this stage's program for `arch` (build.json's record of them)."""
+        return tuple(k.launch() for k in self.kernels if k.archs is None or arch in k.archs)
 
 
 class CopySpec(BaseModel):

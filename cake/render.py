@@ -136,7 +136,7 @@ def render_program(
         identity=ident,
         template=stage.template,
         generator_revision=matrix.generator_revision,
-        kernels=stage.kernels,
+        kernels=stage.kernels_for(arch),
     )
     text = (
         _header(partial, f"generator: cake render from generators/templates/{stage.template}")

@@ -105,3 +105,23 @@ def test_the_backward_takes_the_bulk_state_kernel_for_split_calls_only(
     )
     assert st.plan.any_split is split
     assert st.state.symbol == ("kda_bwd_state_bulk" if split else "kda_bwd_state")
+
+
+@pytest.mark.parametrize("has_lean", [True, False])
+def test_the_local_launch_takes_the_lean_kernel_where_the_program_has_it(
+    loader: _Loader, monkeypatch: pytest.MonkeyPatch, has_lean: bool
+):
+    # sm_90a's local program has kda_fwd_state_lean (packages.toml); the others only kda_fwd_state
+    monkeypatch.setattr(
+        _Module, "__contains__", lambda self, s: has_lean or s != "kda_fwd_state_lean"
+    )
+    inp = make_inputs([64 * 40, 65], heads=2, seed=3)
+    T = inp.q.shape[0] * inp.q.shape[1]
+    forward_module._static.cache_clear()  # the kernels are looked up once per signature
+    st = forward_module._static(
+        loader, kda_config(inp, saved=True), 2, T, inp.g.dtype, inp.q.device, True, True
+    )
+    forward_module._static.cache_clear()
+    assert st.plan.any_split
+    assert st.local.symbol == ("kda_fwd_state_lean" if has_lean else "kda_fwd_state")
+    assert st.state.symbol == "kda_fwd_state"  # the fix-up: every program's kernel

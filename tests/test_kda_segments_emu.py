@@ -92,6 +92,42 @@ def test_the_replay_runs_the_local_passes_once_and_matches_the_saved_path(monkey
     assert all(torch.equal(a, b) for a, b in zip(runs[True], runs[False], strict=True))
 
 
+def test_the_lean_local_kernel_runs_the_local_passes_with_the_plain_kernels_bits(monkeypatch):
+    """sm_90a's local launch runs on kda_fwd_state_lean (the chain's warpgroup alone, two blocks an
+    SM): the same chain code, so every output and gradient of a split fwd+bwd has the bits of the
+    same launch on kda_fwd_state (the lean kernel hidden from the host)."""
+    import cake.kda.forward as forward_module
+    from tools.emu.loader import EmuFunction, EmuModule
+
+    inp = make_inputs([2200, 70], heads=2, seed=7, device="cpu", initial_state=True)
+    gen = torch.Generator().manual_seed(8)
+    do = torch.randn(inp.v.shape, generator=gen).to(inp.v.dtype)
+    dht = torch.randn(2, 2, 128, 128, generator=gen)
+    launched: list[str] = []
+    call = EmuFunction.__call__
+
+    def recording(self, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        launched.append(self.meta.symbol)
+        return call(self, *args, **kw)
+
+    monkeypatch.setattr(EmuFunction, "__call__", recording)
+    loader = EmuLoader(arch=Arch.sm_90a)
+    has = EmuModule.__contains__
+    runs = {}
+    for lean in (True, False):
+        if not lean:
+            monkeypatch.setattr(
+                EmuModule, "__contains__", lambda m, s: s != "kda_fwd_state_lean" and has(m, s)
+            )
+        forward_module._static.cache_clear()  # the kernel choice is cached per signature
+        launched.clear()
+        runs[lean] = run(inp, do, dht, 3, loader)
+        assert launched.count("kda_fwd_state_lean") == (1 if lean else 0), launched
+    forward_module._static.cache_clear()
+    for name, got in runs[True].items():
+        assert torch.equal(got, runs[False][name]), name
+
+
 def test_a_split_sequence_is_the_same_alone_and_packed():
     inp = make_inputs([70, 1100, 1], heads=1, seed=4, device="cpu", initial_state=True)
     s, e = 70, 1170

@@ -49,6 +49,18 @@ R2 g:off:saved segments=auto (seg_chunks=18 fill_blocks=2): per fwd+bwd, us
     assert parse(log) == {("g:off:saved", "R2", "kda_bwd_state"): {"new": 132.5, "base": 138.5}}
 
 
+def test_ab_table_adds_the_lean_local_launch_to_its_pass():
+    log = """== g:off:saved new
+R2 g:off:saved segments=auto (seg_chunks=18 fill_blocks=2): per fwd+bwd, us
+       63.7  x1   kda_fwd_state_lean
+       62.8  x1   kda_fwd_state
+== g:off:saved base
+R2 g:off:saved segments=auto (seg_chunks=18 fill_blocks=2): per fwd+bwd, us
+      139.4  x2   kda_fwd_state
+"""
+    assert parse(log) == {("g:off:saved", "R2", "kda_fwd_state"): {"new": 126.5, "base": 139.4}}
+
+
 def test_wall_table_compares_the_mean_of_the_two_runs_with_the_base(tmp_path, capsys):
     def bench_json(name, ms):
         rec = {"row": "R2", "gate": "g", "l2n": "off", "op": "fwd+bwd", "cake_ms": ms}

@@ -337,7 +337,7 @@ _WG1_STORE_EVICT = _WG1_STORE_WORDS + (
 # every value of the record formed, folded into one register that is stored only where H < 0 (never):
 # the writer's work without its stores (wg1nostore's guard let ptxas sink that work into the branch)
 _WG1_STORE_SINK = _WG1_STORE_WORDS + " abl_sink ^= w0 ^ w1 ^ w2 ^ w3 ^ (unsigned int)(size_t)at; }"
-_WG1_END = "    } else {\n        // ---- warpgroup 1 of the local program"
+_WG1_END = "    } else if (!kLean) {\n        // ---- warpgroup 1 of the local program"
 _WG1_EMPTY_S = (
     "            if (i + 1 < nc) cake_mbar_arrive(mbEmptyS);  // St read (Qg S and the states)\n"
 )

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:75e2907f9335edcdf6438383e6e518f2b7efa0d10d98b6b4e653b87678b0e450
+// identity: sha256:6dcb9649e1967dd472ae4af7d810b382dbcc87ac3fa0dbd6e9a24f1a2f441723
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:d9a14ae029dba5234bea1fb84286fcb7f184a8461e2458816044ad67d5a55140
+// identity: sha256:01c56a47912f704359d11499da9b63863210b460d4abc9e82fcf1ec18cc4124c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:320a9e77cd04b129a6d83ac72b09b77acaf820f56fc787cc8c972f42c378dd2c
+// identity: sha256:4c91d300b49d1203003ba6d237bd213fa0e4a738670c01c462395eed0ce82d5b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:5279efde1b40fdbad1acfe1a7b143fb02a892b4773699e39f6a6683d75770392
+// identity: sha256:7d54e1f7c0040c9dc93f34f129ce5f398205b178bb216947aa12e6ec63a6484c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

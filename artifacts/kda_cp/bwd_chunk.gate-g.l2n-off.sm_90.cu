@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:178cb994448b176a0ca8eb83b400dc98df887eaba870f187f3946af65f7f30f3
+// identity: sha256:d8613acc3b3525353c454869cd65bfd1b4ff3a7519c3e83e73f3d909ecf03d01
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:1bf739b2bde9daa67f0a76cedd4680028c50c1c7c9e327e0ef396a055aec3189
+// identity: sha256:df9d116a4781e4a98e6f85bd27b7217482cdb84e8954b92b4659c14f739471b6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:4ae23320a0eba3665f3a21e5dbe8aa25ad4f5564e18f9173d4ca5a9362adcd32
+// identity: sha256:9b69938f850a155c5e1ae45d33a05aae463019f1a53f7d17ea6c56af4709d664
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:e634bc3fe18b79c6cc859add7c7fa387d4c3b24c7962911b40c3d6473a9af6df
+// identity: sha256:e277caba96b656fcae6a01344f261d65746b8ffdbc92dd120681bc76d4ef5f72
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

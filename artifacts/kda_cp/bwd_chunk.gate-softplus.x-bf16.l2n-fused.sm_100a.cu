@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:49404dd67d0877215fe7ceef4a26be4f6e7677a75ad6790eb90b6c4a7e832d2f
+// identity: sha256:cf2d7fce61bf48c0a44dce223ed9e1cf2344d87baccab0055517dead96ff02d2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

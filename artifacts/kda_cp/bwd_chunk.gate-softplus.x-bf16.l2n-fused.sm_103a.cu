@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:e81f222c6bab6b7697bbdd982e27a5f268b6ba217ac951148f4df0454576bb9a
+// identity: sha256:89683327fb5b028ff8343f876208f20a926a253360b04721bb67619eef0e6e87
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:0474a969d0a00b818044dd6ce23c29bd0cb05c805aba621c3eaff968a8728c12
+// identity: sha256:27c85e6775a309bccfb37696e8a166eb3a3a0517467a8ddc646010ecd05221c2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:a4504795d23611fd18c6826b74aeb7a50cdc0aa9ece07317a53eb931c5b377fa
+// identity: sha256:6c1d382f1fd809d8830a1627806637cd8cbbf127c1697e3cb811fd417f2b7939
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:f7ebc03dac038a0df1b4277af5c220fa96e160878562150a9feae08899ba85d4
+// identity: sha256:eebb1ef9dbff18e8d72e7ba76cdf42126429336d6063bf0ce23c29a8be2f4009
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:428f0132cf082a27bfbfef0c361741c0c3a4a8b8d60029b5ed16fccfc56e46ab
+// identity: sha256:41b7aa58237f1ebf3c671ca1468f749de5e011ab43a8c9fe4fa7cb818b4bf85e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

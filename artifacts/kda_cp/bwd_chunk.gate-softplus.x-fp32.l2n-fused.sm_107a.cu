@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:9f73b544908d12eaa7eef34ec39c363e61e9915e26970446dea65af83586ce47
+// identity: sha256:d315bf04e8a34a9fcd382c28b592f43e7fa5568ffc9351cca38272633c26c60f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:39b40f534b92a50c1656f688f9ec7f7b130b949a782443370b36bc38a9a72f5b
+// identity: sha256:871343840b63fc30f89e1b5807f2880a32e258078942d0e442d1b6109acbef64
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

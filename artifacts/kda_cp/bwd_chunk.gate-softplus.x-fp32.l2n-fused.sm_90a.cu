@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:f91d3ce42788fdf310959819bb88bc3082d781a01246473abf0e3e5bfda48ae7
+// identity: sha256:2cecc1364e272426e2314ccc87e48d91f10201ee98ea057a4c1ab47a8fa61b99
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

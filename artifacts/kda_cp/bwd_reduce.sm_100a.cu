@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_100a by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_100a
-// identity: sha256:67295d85b96d3d8e1c02c75d0ce2d2efc6b9423b2c134ce753ce481529460b07
+// identity: sha256:eaca103edc48423e4f8aac8fde510c95ddf5ed78dc5812d3376e8c5e964d8ff8
 
 namespace {
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_103a by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_103a
-// identity: sha256:3f54ab6588b16b30fda772c02ac903cb235edc992fb9001977df657143b24dfc
+// identity: sha256:a35ad0aac935f214f8ef654f303b6fe67a9947ca4f10605ec058f25a1e4b2e7f
 
 namespace {
 

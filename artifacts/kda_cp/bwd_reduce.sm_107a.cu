@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_107a by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_107a
-// identity: sha256:6baee51399f7ee591ed19f5d999c77eea3e963b83fed0a1b921e8d3bbd3baddf
+// identity: sha256:938f721583f240d60e34b01b29e265fbdda1ea2f3e6559c383a79ff6cabeff82
 
 namespace {
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_90 by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_90
-// identity: sha256:0de6bb60f1d7e22d310f60926c97f81db8eafbb2ebe64e3c22b664783ef3f5ca
+// identity: sha256:a8b6557a54730fe91ff5c67993f107a7323d171c4ff3ca380fd1ec558d5a5c8d
 
 namespace {
 

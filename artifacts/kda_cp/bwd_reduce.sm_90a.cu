@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_reduce.sm_90a by cake migrate
 // record: kda_cp/bwd_reduce  program: kda_cp.bwd_reduce.sm_90a
-// identity: sha256:10f57fcb8889d79bf7c716f59e566be41d25f969d75c75f303f36bcab86b16c0
+// identity: sha256:8a1440e0cfcfdda8ce7426a769bc2a1fc7e121447df8a6cc9d0272665e3e9816
 
 namespace {
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:ea8411bbce2dd9364b837c60d82ed1681df860cd44157e982a8951269ff4f5cf
+// identity: sha256:0b8a4d096e7279e79673e4457b8a7d23023554b8e32b6a57c42d5b8903658803
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

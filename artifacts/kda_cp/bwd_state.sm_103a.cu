@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:c4651278de36d33688523da810a9afa6d0051ef197751a236f410a11d3341419
+// identity: sha256:9d836cb568e69752a64e9f47da4790dad354822c06afd927ff6779b40cae8250
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

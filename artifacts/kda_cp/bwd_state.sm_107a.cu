@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:e5f00a5a626f6b55ba59201f7a4d79eb65550981d0676a902a94161d6a7d9410
+// identity: sha256:959711aa1505f4004fc68b90ea36b716b14b3748debcd84fec3de018e40f0d0c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

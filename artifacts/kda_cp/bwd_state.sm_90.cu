@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:9d8126668e46b5ae1454a34f178d7d7233dee32b1d7179f5d8f26f716c1da053
+// identity: sha256:80ee1d29f075a31ccff9ddb907e907e294e66c57bc377b49263ca70acb47ccab
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

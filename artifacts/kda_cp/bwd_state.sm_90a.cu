@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:becd1c1576ae381d6cdced9e47a1d3c00b8ed9c3d9291b7aa2eba8a9f923d34c
+// identity: sha256:fb57a0cc072bfbba1404a7764c5bd03242db66e022e09a984a8946e2d2140495
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

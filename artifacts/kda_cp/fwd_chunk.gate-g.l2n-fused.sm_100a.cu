@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:e846b4c7cf3f46376f592f7a6c7bfa8c93f9292f4af0367f54a4df425df2906f
+// identity: sha256:6423483c6ae7f1d66df751291af6c4d61016c3c28050a89be2253fba3d742d47
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:5ebbc6b7cc75f5f162533b3f5ad6ff724868cfeb85512e15ac2bfa7282b9db0a
+// identity: sha256:5e159262e996826ca7db2e07562b90282f7b1ceee8dd6e79d340df16f11c85d7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

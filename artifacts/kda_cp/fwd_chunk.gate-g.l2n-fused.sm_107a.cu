@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:9dec07d49d4214a7f07c6b30934cfb70766b519ccc0a28bd95a8f7deae66dc2b
+// identity: sha256:2e823cc58e6bda116221e2e5367d7641ef38a89ea98d77fa8500376b07a26152
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

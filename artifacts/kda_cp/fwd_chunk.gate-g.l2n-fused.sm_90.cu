@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:04071a8b77891acec622d5e3fdb71087ab4d88e5246fabed77a4452d8fc04a4c
+// identity: sha256:02e8d161650747913cc752f404ef5f5f6c7d8df4ccec3f236198966665e6cc1e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:9f87d11de5a85c9706b94b2c026a9401a6be778748473b6e5ba97cc70a13127d
+// identity: sha256:dff193a05f4414583b1f872a1860584a27fa729aee0fccf2483d2104a7e35c71
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

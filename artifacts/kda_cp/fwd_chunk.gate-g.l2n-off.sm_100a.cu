@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:68aac9833a168af1a82adfe98153f3b40d8969bfddf6af5427b82e2b513b4342
+// identity: sha256:565974b6ea3e175307e752b1a09f541ceffe825afe102cd1d24d4cc3e30d490d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:51aecd8e6cb46a23efe1e97b693627366ccdc79377686964195081624c190f83
+// identity: sha256:7f90e4d72c253846c72ef797afd45f54923e539665e510d681ca80d1475191b6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

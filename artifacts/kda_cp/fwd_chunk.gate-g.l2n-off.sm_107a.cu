@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:b712ed8d5a5ee2af80ba59838d7b2f8694663182e8f45eba5c458aea5075caa1
+// identity: sha256:2acd023fe086a052d79dba3aa6d4aa55b7fbbeef496434778b550d950fd6a29f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

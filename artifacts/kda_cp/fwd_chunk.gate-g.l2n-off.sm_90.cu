@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:b4f89c6fc03e7a353be70ae40eb4bf741cf93557dfd6c2ee51c5ea4173036d79
+// identity: sha256:cb00eb766e9e82b9abb0045ce4837d20dd257ce252b618199cc4247e9d73f1aa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

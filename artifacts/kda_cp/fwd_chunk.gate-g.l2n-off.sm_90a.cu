@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-off  program: kda_cp.fwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:7993098966036c08ddf0e066f7a6dfa4ca9800181d016bd472f22c9c7d5b40f6
+// identity: sha256:801dc47bcafe33e939e39cfe643e4f176916fa1086eccdea63f3c11115bb303f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

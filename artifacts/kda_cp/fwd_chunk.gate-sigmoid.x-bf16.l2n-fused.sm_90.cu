@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:34c5dae5572138bde4b36133528a8c3e8a200e2bc76580b4f89259e7055ae2cb
+// identity: sha256:8bea44db9fd5a93b32c7a0747df83378e6ec2e5d7d5ad370ac1d887f7fd980f6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:276d5624d3b4ec563a7d9844eb885d4d748b4a448ee6309c10cd93c643faddfd
+// identity: sha256:cf449949fe40ef38c4eb7b35942df548a85f89891eb5ffa1a4a993dc9b90568a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:261f08f46a17a7e1f935c84808dbb922d96b4219bd5de96bba363c19267ffc3d
+// identity: sha256:aef90c81c7bb411cb40f35547da807c3688aaeb378105cbeb9bca96c41ef8af8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:d384d5d20dd36580a765fa6196a2793feb5596633e7ce4fea21ff3aa6bed66ac
+// identity: sha256:f6e054cd0885f4ee86cfdd75cc261f7cc6f8a732c1ba61ad680370d009bad35e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

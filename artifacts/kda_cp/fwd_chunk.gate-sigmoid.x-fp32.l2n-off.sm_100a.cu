@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:4559558ba290ddc3fb9e8b4c14899e73eef4180c439f21789ad8f71d1261d511
+// identity: sha256:cf4873786c1577581958034c4c779d47ffb4e99e734f0b5b4f45f92408fcca38
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

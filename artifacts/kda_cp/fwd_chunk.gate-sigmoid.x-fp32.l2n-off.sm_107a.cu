@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:a45e1cb35cd26f5618409570b9b1beb74178b2fcbbda86047f8ec63a4b0b1961
+// identity: sha256:2b1dfad7ffcff22e8b7ee47957888c63bff783d2214f3206c8bd6a389358d633
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

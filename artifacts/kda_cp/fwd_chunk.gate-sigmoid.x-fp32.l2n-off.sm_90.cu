@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:3316da02d994674eaa012db2bf5c8b4f98e52302217e931a7d40c38cc7ac0768
+// identity: sha256:987e1dc08d80b9c392ca80829f1fcc01b1833936c361454d8407f2adbe20197d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

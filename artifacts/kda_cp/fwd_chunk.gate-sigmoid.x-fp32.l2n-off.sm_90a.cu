@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:ed60e59279a77c92eb73af52257d00de9dc20ab8855d21b912048360cb2e29ac
+// identity: sha256:1e3cba779356559f788a080a6fd7f700cf0245fc560f36117d26598107f8a2b6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:ad39f1ee1348f076860a901488d774dc31a60944bdcc5d4b98ad94c1104a0b65
+// identity: sha256:c7d3f60f16f2aaeb511d856ce0b0113690b21a851c70e79a5e4ef653c603104c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:6019e369e4282934cafd758202fb8dd511255141da3077278bb6c5a2c31a5cc8
+// identity: sha256:a08d7f84cd09e210e2b9544a13f74759980afdfca1346d3455b41c25aec88d0e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:c71a46cbfe653e9ae79401ab5cc24906d89e53c9b77b3ce62db5f833a1b2db01
+// identity: sha256:71e71bb3d682ab2673af2a24b5793e1c16f731ef44e1362c924d8a1bb1a5f965
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:d48acda6fdfb7c6c49fc355ed54eebc3f54d9de2a99b59d28a96a605d2b21ac0
+// identity: sha256:9eb7d7ee05896dd4ef754e8dfd37409e1a29762578c9f5408240b34f77a67ea6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

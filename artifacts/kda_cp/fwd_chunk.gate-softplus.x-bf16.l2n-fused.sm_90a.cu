@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:c43f7b683eeee612d984af06df9d00f9efb739171a9f64b0321579982fda079f
+// identity: sha256:ecdccd217d79a2537a158e89e3c2a2acc856a8fa0edd2146fe95c5cc09e34f02
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

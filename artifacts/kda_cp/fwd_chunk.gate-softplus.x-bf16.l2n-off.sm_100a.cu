@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:96c0a3f329c6694e9000a0f3f74ea267547995bd5d1fcecdf83093562dde51ed
+// identity: sha256:8a4f2a703067b8bad62803bb25379dff07506bd7ad50f087146073346398733c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

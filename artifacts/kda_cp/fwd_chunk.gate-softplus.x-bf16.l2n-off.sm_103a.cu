@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:b66c97041788f89b4e8ed5b7b44ad408caf917746844b595cd82624eb1d6330b
+// identity: sha256:fa34708800c806f2116bf730f5282b39755b9f2cc2ba00e1a0e2c9a53513d4d4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

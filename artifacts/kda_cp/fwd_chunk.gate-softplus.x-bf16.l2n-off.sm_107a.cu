@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:b275a057b63b08e723597c2750b1e49928dce1fc1ccda5d3017fefca212fe341
+// identity: sha256:0ee60a7a06da5bb95f943b4760ea5d94ad65f6e5f687136b31d1861024428667
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

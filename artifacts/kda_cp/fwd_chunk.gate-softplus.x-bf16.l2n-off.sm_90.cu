@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:4eea8b6a6c10416848a39c50805125c973a0259c03deeb84fef9666cb7128d18
+// identity: sha256:01f6ffc3de68b01742da455efbc7ae0bc234cd9c2bda74f8b46b7d757cf165df
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

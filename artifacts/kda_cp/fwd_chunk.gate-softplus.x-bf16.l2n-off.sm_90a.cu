@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:54da0f7ce24fa552031f4021fdab4efa68be473e6ad0ece59943a5a451404191
+// identity: sha256:b2d7e47f224b4ebac33b433bc60689045e6adcf88708eb4fa0bbd3eca29380aa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

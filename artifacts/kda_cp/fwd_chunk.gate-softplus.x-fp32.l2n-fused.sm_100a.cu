@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:034a27efb30ceb1de4b81c3f3033b4e66426caeb880d09d4e56389ee8a5450e9
+// identity: sha256:e9b79a9d97c22464a9626a5e68b5e498c43e05b95f70cad3d1a678d65b9cc55d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

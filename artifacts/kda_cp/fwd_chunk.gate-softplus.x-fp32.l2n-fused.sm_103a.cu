@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:9444b61c4e15b4fb4a7d95d14e1b4a030fcd873cea3d70c4ee87d2b703a0670f
+// identity: sha256:76a591cce3ae743d682c73f2713b545824e9aa1a786d0165d00efaeeeb4851a3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

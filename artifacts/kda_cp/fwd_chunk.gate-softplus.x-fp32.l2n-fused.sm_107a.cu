@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:ed203f9d77f994d4e42eecda8ae6213f616e90b43b8017b2200fbb1fed60789f
+// identity: sha256:1be9c6a1a55f8cac9d31500a621d43fdd13abe09eb6af7c9f613e86984345871
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

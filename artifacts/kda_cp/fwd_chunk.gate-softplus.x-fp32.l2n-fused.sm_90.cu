@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:6c90ec7b2476f28d66bfe17e7ffa2d68c687bab3b55738de4c346e76b9ce3fff
+// identity: sha256:643c35b5c2180f8a9ec95002142b9532e68da2bf7db555607d85f686201527ff
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

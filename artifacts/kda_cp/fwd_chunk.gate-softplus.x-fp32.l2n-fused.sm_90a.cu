@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:d7758f3459be6d28cf89bf95d4a375e78d871e32445a2af0ad8a67daf8f79a75
+// identity: sha256:1431c34504a10069df06c078c666b17ae0498cc2f7fcf902c26f0b83ffcd95c9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:2f4500c4e8530e3da389e5f38cb28b5e91680a18fb37fb48a35ea55c9fc9cbdf
+// identity: sha256:e4b35f0b7d52875a52770cd872b1423703cc1166da98579ae9b8073aff4652ab
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

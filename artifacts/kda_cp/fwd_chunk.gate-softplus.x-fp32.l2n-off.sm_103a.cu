@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:e36a45ce0001a27a9612f37a96d49a23cbdce4438d0baac78022896f74e8ce29
+// identity: sha256:d2e93a61afdceb295496f89519b5e3b7a9411462ab496b00dc7cfeecccfcf58d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

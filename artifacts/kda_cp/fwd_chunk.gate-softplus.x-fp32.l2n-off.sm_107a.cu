@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:641254cd37944ff0b806237e105c40b35b109e7704811597630199499b74692f
+// identity: sha256:7090ea46d1a587dc7e36d9b8955cb2333d7a36d24e9b5a9b0b5eb78c61164c88
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

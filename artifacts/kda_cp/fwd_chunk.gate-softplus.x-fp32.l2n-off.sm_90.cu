@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:0622c837ea277f7a4cc7e98223c2166d604bc633b24f3ed7609c3830cbbdbecf
+// identity: sha256:b0de3e2ae373b35de2dbe75f77ecc6c155963ea71cfd1848d0788059eb467a53
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:b6cece53e49ef927f9867e917f0cc3096b05dc4e367c91a054d21e6cdfff238b
+// identity: sha256:90f6f858617273ce0052c717bf9fcb48f721e21c3390dc9cd450bc5e9d4b7006
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

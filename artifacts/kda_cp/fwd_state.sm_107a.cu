@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:12d6d36808b91f8a5c4a54a4c08d7d589d7ec4f6bd2eb70f432cfe46ef07a5b2
+// identity: sha256:1a59dc6507fb280e9536a9cc42f411cdcafd4b5ebaa23e30c2bb520680ae7a25
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -586,3 +586,4 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     cake_cp_async_wait<0>();
     if (store_ht) store_global(ht + state_base);
 }
+

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:a6448228e37a511afd774735fd63d0830de0e53242ad059a6d6bde0bf2bc9d92
+// identity: sha256:3d57ae3dc9a7d7d0c4ea45cc308c6aec87d35d2992a0e029c441f4646b4af139
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -596,3 +596,4 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     cake_cp_async_wait<0>();
     if (store_ht) store_global(ht + state_base);
 }
+

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:74d95890167e1484b8d4b921df40ac4ff90747fb9529483358d7c861a9261800
+// identity: sha256:6678c495c6706bd58c8bf558ff368b7a6b5e707a4104e0e1df33d1eab861af8a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -596,3 +596,4 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     cake_cp_async_wait<0>();
     if (store_ht) store_global(ht + state_base);
 }
+

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:09289068771e479531d22dd252142d13cf1435d9e8ba00dc74dd8639ed451d9b
+// identity: sha256:de120dd5f9d8a70b0bba3a43864304a5bd404fa7534309c77ce2adcab0e913d0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -431,6 +431,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // barrier. Warpgroup 1 computes O = Qg S + Aqk Vnew (as before) from the TF32 copies of S^T and
     // Vnew^T that warpgroup 0 stores for it (FULL / EMPTY pairs: mbarriers for S^T, named barriers
     // for Vnew^T).
+    // kda_fwd_state_lean: the chain's warpgroup alone, issuing its own copies (as fwd_state's
+    // does), and only the chain's tiles in shared memory (115 456 bytes): two blocks an SM.
+    constexpr bool kLean = false;
+    constexpr bool kSelfCopy = !kLocal || kLean;  // warpgroup 0 issues the chain's copies
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
     float* Ws = reinterpret_cast<float*>(smem);  // W [64 tok, rows in pk order][128 K]
     float* Ks = Ws + 8192;                       // Kd^T [128 K, rows in pk order][64 tok], 2 buffers
@@ -592,7 +596,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         // the top of the chunk before), W (once the chunk before's W S is done), U and gl (once its
         // Vnew and gl scaling have read them). W S waits only for the first two; U and gl are
         // waited for after it, which gives their copies the product's time to land.
-        if (!kLocal && nc > 0) {
+        if (kSelfCopy && nc > 0) {
             issue_k(c0);
             issue_w(c0);
             issue_ug(c0);
@@ -610,7 +614,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 const float* Kc = Ks + 8192 * (i & 1);
                 cake_mbar_wait(mbK + (i & 1), (i >> 1) & 1);  // Kd^T(i)
                 cake_mbar_wait(mbW, i & 1);                    // W(i)
-                if (!kLocal) {
+                if (kSelfCopy) {
                     cake_bar_sync(kBarWg0, 128);
                     if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
                 }
@@ -657,7 +661,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     cake_mbar_arrive(mbFullS);
                 }
                 cake_wgmma_wait<0>();
-                if (kLocal) {
+                if (!kSelfCopy) {
                     if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
                 } else {
                     cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
@@ -703,14 +707,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 product_vk(FV);
                 if (split) product_vk(FV2);
                 cake_wgmma_commit();
-                if (kLocal) {
+                if (!kSelfCopy) {
                     if (i + 1 < nc) cake_mbar_arrive(mbEmptyUG);  // this thread's reads of Us and Gs are done
                 } else {
                     cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
                     if (i + 1 < nc) issue_ug(ci + 1);
                 }
                 cake_wgmma_wait<0>();
-                if (kLocal && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
+                if (!kSelfCopy && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
                 frag_s();
             }
         };
@@ -787,7 +791,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_bar_sync(kBarWg1, 128);  // every read of the staged o is done: As is free
             if (i + 1 < nc) issue_aqk(ci + 1);
         }
-    } else {
+    } else if (!kLean) {
         // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two), each
         // tile's copy waited for by warpgroup 0 on its own mbarrier (U and gl only after W S), and
         // the chunk-start states from St (warpgroup 0 wrote them from its fragments until session
@@ -823,3 +827,432 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
     }
 }
+
+extern "C" __global__ void __launch_bounds__(128, 2) kda_fwd_state_lean(
+    const float* __restrict__ W, const float* __restrict__ U_arg, const float* __restrict__ Qg,
+    const float* __restrict__ Kd, const float* __restrict__ Aqk, const float* __restrict__ gl,
+    const int* __restrict__ chunks, const int* __restrict__ seq_chunks,
+    const int* __restrict__ precise, const float* __restrict__ h0, unsigned short* __restrict__ o, float* __restrict__ ht_arg,
+    float* __restrict__ states_out_arg, int H, int has_h0_arg, int store_ht)
+{
+    // The local program's two passes in one launch (has_h0 = 3): grid.z = 2 R; blocks z < R run
+    // row z's offset pass (from 0, with U; end state to ht[z]), blocks z >= R row z - R's
+    // transition pass (from I, U = 0; end state to states_out[z - R]). Block-uniform.
+    if (has_h0_arg != 3) __trap();  // kda_fwd_state_lean runs the two-pass launch only
+    constexpr bool both = true;
+    const bool trans = both && blockIdx.z >= gridDim.z / 2;
+    const float* __restrict__ const U = trans ? nullptr : U_arg;
+    float* __restrict__ const ht = trans ? states_out_arg : ht_arg;
+    float* __restrict__ const states_out = both ? nullptr : states_out_arg;
+    const int has_h0 = both ? (trans ? 2 : 0) : has_h0_arg;
+    const int n = trans ? blockIdx.z - gridDim.z / 2 : blockIdx.z;  // the row of seq_chunks
+    const bool pf = both;  // chunk inputs prefetched into L2 (prefetch_chunk_l2)
+    // ---- sm_90a: the chain in registers (docs/kernel-notes.md, session 10). Warpgroup 0 keeps S^T
+    // (64 value rows x 128 keys) as wgmma accumulators and runs the chain transposed,
+    //   Vnew^T = U^T - S^T W^T,   S^T = S^T diag(gl) + Vnew^T Kd,
+    // each product's A operand from registers: the previous product's accumulators, as they are.
+    // That works because of the row order of the B tiles: accumulator column n of an m64nNk8
+    // product is B's row n, and thread (g, t) holds columns 8j + 2t, 8j + 2t + 1 where its A
+    // fragment of k8 step j needs the indices 8j + t, 8j + t + 4; so W's rows (tokens) and Kd^T's
+    // rows (keys) are stored in the order pk (pk(8j + 2t + e) = 8j + t + 4e), and accumulator x of a
+    // thread holds index pcol(x). The chain then needs no shared-memory round trip and no block
+    // barrier. Warpgroup 1 computes O = Qg S + Aqk Vnew (as before) from the TF32 copies of S^T and
+    // Vnew^T that warpgroup 0 stores for it (FULL / EMPTY pairs: mbarriers for S^T, named barriers
+    // for Vnew^T).
+    // kda_fwd_state_lean: the chain's warpgroup alone, issuing its own copies (as fwd_state's
+    // does), and only the chain's tiles in shared memory (115 456 bytes): two blocks an SM.
+    constexpr bool kLean = true;
+    constexpr bool kSelfCopy = !kLocal || kLean;  // warpgroup 0 issues the chain's copies
+    extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
+    float* Ws = reinterpret_cast<float*>(smem);  // W [64 tok, rows in pk order][128 K]
+    float* Ks = Ws + 8192;                       // Kd^T [128 K, rows in pk order][64 tok], 2 buffers
+    float* Us = Ks + 16384;                      // U[:, vblock] [64 tok][64 v] (el64 layout)
+    float* Gs = Us + 4096;                       // gl [128], then the mbarriers
+    float* const Qs = nullptr;                   // (O's and the states' tiles: none)
+    float* const St = nullptr;
+    float* const As = nullptr;
+    float* const Vt = nullptr;
+    // Hand-offs around data read with ordinary loads, as mbarriers (a named barrier's one-way
+    // hand-off of such data fails racecheck, cake/mbar.cuh): fwd_state's St (warpgroup 1 reads it
+    // for the states) and the local program's release of Us and Gs (the chain's reads of them done,
+    // warpgroup 1 may copy the next chunk's).
+    unsigned long long* const mbFullS = reinterpret_cast<unsigned long long*>(Gs + 128);
+    unsigned long long* const mbEmptyS = mbFullS + 1;
+    unsigned long long* const mbEmptyUG = mbFullS + 2;
+    // The chunk inputs' bulk copies complete on transaction mbarriers (one arrival: the issuing
+    // thread's expect_tx): Kd^T's two buffers, W, U and gl, Qg, Aqk.
+    unsigned long long* const mbK = mbFullS + 3;
+    unsigned long long* const mbW = mbFullS + 5;
+    unsigned long long* const mbUG = mbFullS + 6;
+    unsigned long long* const mbQ = mbFullS + 7;
+    unsigned long long* const mbA = mbFullS + 8;
+    const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
+    auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ws) >> 2); };
+
+    const int vb = blockIdx.x, h = blockIdx.y;
+    // wg and split through a warp shuffle: ptxas then knows them warp-uniform, and a wgmma under a
+    // branch on them is not serialized (C7518 / C7519 "divergent path" otherwise).
+    const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0), w = (tid >> 5) & 3;
+    const int g = (tid & 31) >> 2, t = tid & 3;
+    const int c0 = seq_chunks[2 * n], nc = seq_chunks[2 * n + 1];
+    const long long state_base = ((long long)n * H + h) * 16384 + vb * 64;
+    const bool split_rows = __shfl_sync(0xffffffffu, int(precise != nullptr && precise[n] != 0), 0) != 0;  // block-uniform
+    // S^T's TF32 copy St goes to warpgroup 1, which writes the chunk-start states from it (and, in
+    // fwd_state, computes O): the local program's only when it writes states.
+    const bool st_copy = !kLocal || states_out != nullptr;
+    // Accumulator x of an m64n64 product: row 16 w + g (+ 8 for x & 2), column 8 (x >> 2) + 2 t +
+    // (x & 1); the column holds index pcol(x) of a pk-ordered B (that column of a naturally ordered one).
+    auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
+    auto pcol = [&](int x) { return 8 * (x >> 2) + t + 4 * (x & 1); };
+    // Named barriers: warpgroup 0 / 1 internal, and warpgroup 0 -> 1 hand-off of Vnew^T.
+    constexpr int kBarWg0 = 1, kBarWg1 = 2, kFullV = 5, kEmptyV = 6;  // (S^T's: the mbarriers above)
+    // the local program's: W / Kd^T buffer free (a Kd^T buffer per id: warpgroup 0 frees each
+    // buffer every other chunk, so that it cannot arrive twice at one barrier before warpgroup 1
+    // has synced once, which would complete the barrier without warpgroup 1 and deadlock the next
+    // phase). These one-way hand-offs (arrive -> sync) order only wgmma's reads before a bulk copy's
+    // writes; a one-way named-barrier hand-off of data written by ordinary stores and read by
+    // ordinary loads is reported by compute-sanitizer's racecheck, and a bar.sync on both sides at
+    // different places by its synccheck (a probe, docs/notes.md, session 11), so such hand-offs
+    // (St, Us and Gs) are mbarriers, which both tools accept (session 21).
+    constexpr int kEmptyW = 8, kEmptyK0 = 10, kEmptyK1 = 11;
+
+    // Chunk inputs of the chain (W, U, gl, Kd^T) are issued by warpgroup 0 itself; in the local
+    // program (no O) by warpgroup 1. kda_fwd_chunk stores every tile in its shared-memory image
+    // here (cake/chunk_image.cuh), so the issuing warpgroup's thread 0 copies each whole with one
+    // bulk copy that completes on the tile's transaction mbarrier, and its readers wait on that
+    // (against 16-byte cp.async pieces from 128 threads, each waiting for its own: -7 % of the
+    // 1doc replay pass, -12 % R2, -17 % 64K x 4 in a timing ablation; docs/notes.md, session 22).
+    const int tw = tid & 127;  // within the warpgroup that issues the loads
+    const bool issuer = tw == 0;
+    auto bulk = [&](unsigned long long* mb, float* dst, const float* src, unsigned int bytes) {
+        cake_mbar_expect_tx(mb, bytes);
+        cake_bulk_load(dst, src, bytes, mb);
+    };
+    auto issue_w = [&](int ci) {
+        if (issuer) bulk(mbW, Ws, W + ((long long)ci * H + h) * 8192, 32768);
+    };
+    auto issue_ug = [&](int ci) {  // this block's half of U (the transition pass: U = 0, Us zeroed once)
+        const long long wsi = (long long)ci * H + h;
+        if (!issuer) return;
+        const bool u = !kLocal || U != nullptr;
+        cake_mbar_expect_tx(mbUG, u ? 16384 + 512 : 512);
+        if (u) cake_bulk_load(Us, U + wsi * 8192 + vb * 4096, 16384, mbUG);
+        cake_bulk_load(Gs, gl + wsi * 128, 512, mbUG);
+    };
+    auto issue_k = [&](int ci) {
+        const int b = (ci - c0) & 1;
+        if (issuer) bulk(mbK + b, Ks + 8192 * b, Kd + ((long long)ci * H + h) * 8192, 32768);
+    };
+
+    auto prefetch_chunk = [&](int ci) { prefetch_chunk_l2(W, U, Qg, Kd, Aqk, gl, (long long)ci * H + h, tw, 128, vb); };
+
+    if (tid == 0) {
+        cake_mbar_init(mbFullS, 128);   // warpgroup 0's threads, St stored
+        cake_mbar_init(mbEmptyS, 128);  // warpgroup 1's threads, St read
+        if (kLocal) cake_mbar_init(mbEmptyUG, 128);  // warpgroup 0's threads, Us and Gs read
+        for (unsigned long long* mb = mbK; mb <= mbA; ++mb) cake_mbar_init(mb, 1);
+        cake_mbar_init_fence();
+    }
+    if (kLocal && U == nullptr)  // the transition pass: U = 0 (no copy of U ever writes Us)
+        for (int i = tid; i < 4096; i += 128) Us[i] = 0.f;
+    __syncthreads();
+    // The chunk-start state S(i) out in 16 bits (cake/state16.cuh) from St, its TF32 copy (the
+    // values of warpgroup 0's A fragments, hi parts for precise rows), right after Qg S, so that
+    // St goes back to warpgroup 0 before Aqk Vnew waits for Vnew^T (after it: +3 % 1doc, +6 %
+    // R2, +8 % 64K x 4), and 5.5 % faster than with warpgroup 0 writing them (1doc). Of what
+    // the states still cost (~17 %), ~10 % is their stores and the rest this work; staging the
+    // record for a bulk copy took as long, and storing it only after St's release (every
+    // value in registers) took 10 % longer (docs/notes.md, sessions 21-22). A lane pair takes
+    // one key d and one group of 16 values (one 32-byte sector of the record), lane p the
+    // format's positions 8 p .. 8 p + 7, i.e. values r = 4 p + j and 8 + 4 p + j (j = 0..3) as
+    // its four words: eight rounds of 16 keys and one group a warp. Rows r and r + 4 of St
+    // differ in its swizzle's bit 2 and the 16 keys fill four 16-byte chunks, so the loads are
+    // conflict-free; the stores are whole sectors.
+    const int lane = tw & 31, wq = tw >> 5, p = lane & 1;
+    auto write_states = [&](unsigned char* rec) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const int gl4 = q >> 1, d = 32 * wq + 16 * (q & 1) + (lane >> 1), v0 = 16 * gl4 + 4 * p;
+            float sv[8];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                sv[2 * j] = St[cake_wg_idx<64>(v0 + j, d)];
+                sv[2 * j + 1] = St[cake_wg_idx<64>(v0 + 8 + j, d)];
+            }
+            float m = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(sv[j]));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+            const unsigned int e = cake_s16_exp(m);
+            const float sc = cake_s16_down(e);
+            const int grp = 4 * vb + gl4;
+            *reinterpret_cast<uint4*>(rec + d * 256 + 32 * grp + 16 * p) =
+                make_uint4(cake_f16x2(sv[0] * sc, sv[1] * sc), cake_f16x2(sv[2] * sc, sv[3] * sc),
+                           cake_f16x2(sv[4] * sc, sv[5] * sc), cake_f16x2(sv[6] * sc, sv[7] * sc));
+            if (p == 0) rec[CAKE_S16_EXP + grp * 128 + d] = (unsigned char)e;
+        }
+    };
+    if (wg == 0) {
+        float ST[2][32];  // S^T: value row row_of(x), key 64 hf + pcol(x)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+            for (int x = 0; x < 32; ++x) {
+                const int d = 64 * hf + pcol(x), v = row_of(x);
+                float s = 0.f;
+                if (has_h0 == 1) s = h0[state_base + (long long)d * 128 + v];
+                else if (kLocal && has_h0 == 2) s = d == vb * 64 + v ? 1.f : 0.f;  // S = I
+                ST[hf][x] = s;
+            }
+        // A fragments of S^T and of Vnew^T: TF32(x) (hi); precise rows then also lo = TF32(x - hi)
+        // in the same registers, a second pass after the first has read them (x to ~2^-22). Every
+        // A operand is a TF32 value: what the tensor cores do with other bits is not relied on.
+        unsigned int FS[2][32];
+        auto frag_s = [&]() {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                for (int x = 0; x < 32; ++x) FS[hf][x] = cake_tf32(ST[hf][x]);
+        };
+        auto store_global = [&](float* dst) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                for (int x = 0; x < 32; ++x) dst[(long long)(64 * hf + pcol(x)) * 128 + row_of(x)] = ST[hf][x];
+        };
+        // Three copies a chunk, issued in the order the chain needs them: Kd^T (a chunk ahead, at
+        // the top of the chunk before), W (once the chunk before's W S is done), U and gl (once its
+        // Vnew and gl scaling have read them). W S waits only for the first two; U and gl are
+        // waited for after it, which gives their copies the product's time to land.
+        if (kSelfCopy && nc > 0) {
+            issue_k(c0);
+            issue_w(c0);
+            issue_ug(c0);
+        }
+        frag_s();
+
+        // The chain, compiled once per precise-rows setting (split: S and Vnew as TF32 hi + lo): the
+        // common program then keeps no lo fragments live, and fits 255 registers without spills
+        // under NVRTC 13.0 too (it spilled 176 bytes there; docs/notes.md, session 19).
+        auto chain = [&](auto precise_rows) {
+            constexpr bool split = decltype(precise_rows)::value;
+#pragma unroll 1
+            for (int i = 0; i < nc; ++i) {
+                const int ci = c0 + i;
+                const float* Kc = Ks + 8192 * (i & 1);
+                cake_mbar_wait(mbK + (i & 1), (i >> 1) & 1);  // Kd^T(i)
+                cake_mbar_wait(mbW, i & 1);                    // W(i)
+                if (kSelfCopy) {
+                    cake_bar_sync(kBarWg0, 128);
+                    if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
+                }
+
+                // Vnew^T = U^T - S^T W^T: acc = S^T W^T first (precise rows: hi, then lo).
+                float VA[32];
+#pragma unroll
+                for (int x = 0; x < 32; ++x) VA[x] = 0.f;
+                auto product_sw = [&](int acc0) {
+                    cake_wgmma_fence();
+#pragma unroll
+                    for (int s = 0; s < 16; ++s) {
+                        const unsigned int* f = FS[s >> 3] + 4 * (s & 7);
+                        const unsigned int a[4] = {f[0], f[2], f[1], f[3]};
+                        cake_wgmma_n64_rs(VA, a, cake_wg_desc_at<64>(dlo(Ws), 0, s), s > 0 || acc0);
+                    }
+                    cake_wgmma_commit();
+                };
+                product_sw(0);
+                if (split) {  // FS may change only once the hi pass has read it
+                    cake_wgmma_wait<0>();
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                        for (int x = 0; x < 32; ++x) FS[hf][x] = cake_tf32(ST[hf][x] - __uint_as_float(FS[hf][x]));
+                    product_sw(1);
+                }
+                // While it runs: S^T's TF32 copy for warpgroup 1 (O and the states; the local
+                // program's, the states only).
+                if (st_copy) {
+                    // Precise rows: S^T's copy only once the lo pass is done. Stored while it ran, ptxas
+                    // gave the copy's conversions the registers of the lo pass's A operands, still
+                    // being read by the tensor cores: o came out wrong on the H200 (docs/notes.md,
+                    // session 10; tests/test_compile.py scans the SASS for such writes). The hi-only
+                    // rows overlap it safely: their A registers stay live (the copy reads them).
+                    if (split) cake_wgmma_wait<0>();
+                    if (i > 0) cake_mbar_wait(mbEmptyS, (i - 1) & 1);  // warpgroup 1 is done with St(i-1)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                        for (int x = 0; x < 32; ++x)
+                            St[cake_wg_idx<64>(row_of(x), 64 * hf + pcol(x))] = __uint_as_float(split ? cake_tf32(ST[hf][x]) : FS[hf][x]);
+                    cake_fence_proxy_async();
+                    cake_mbar_arrive(mbFullS);
+                }
+                cake_wgmma_wait<0>();
+                if (!kSelfCopy) {
+                    if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
+                } else {
+                    cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
+                    if (i + 1 < nc) issue_w(ci + 1);
+                }
+                cake_mbar_wait(mbUG, i & 1);  // U(i), gl(i) (waited for only now)
+
+                // Vnew and its A fragments (hi; precise rows: then lo, a second pass), S^T scaled by gl.
+                unsigned int FV[32];
+#pragma unroll
+                for (int x = 0; x < 32; ++x) {
+                    VA[x] = Us[el64(pcol(x), row_of(x))] - VA[x];
+                    FV[x] = cake_tf32(VA[x]);
+                }
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                    for (int x = 0; x < 32; ++x) ST[hf][x] *= Gs[64 * hf + pcol(x)];
+                if (!kLocal) {
+                    if (i > 0) cake_bar_sync(kEmptyV, 256);  // warpgroup 1's Aqk Vnew of chunk i-1 is done
+#pragma unroll
+                    for (int x = 0; x < 32; ++x) Vt[cake_wg_idx<64>(row_of(x), pcol(x))] = __uint_as_float(FV[x]);
+                    cake_fence_proxy_async();
+                    cake_bar_arrive(kFullV, 256);
+                }
+
+                // S^T = S^T diag(gl) + Vnew^T Kd: two m64n64 halves of the keys (precise rows: hi, then
+                // lo from registers of their own, one group; a wait between the passes, as for S^T's
+                // fragments, makes ptxas serialize the local program's wgmma, C7512).
+                unsigned int FV2[32];
+#pragma unroll
+                for (int x = 0; x < 32; ++x) FV2[x] = split ? cake_tf32(VA[x] - __uint_as_float(FV[x])) : 0u;
+                auto product_vk = [&](const unsigned int (&F)[32]) {
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) {
+                            const unsigned int a[4] = {F[4 * j], F[4 * j + 2], F[4 * j + 1], F[4 * j + 3]};
+                            cake_wgmma_n64_rs(ST[hf], a, cake_wg_desc_at<128>(dlo(Kc), 64 * hf, j), 1);
+                        }
+                };
+                cake_wgmma_fence();
+                product_vk(FV);
+                if (split) product_vk(FV2);
+                cake_wgmma_commit();
+                if (!kSelfCopy) {
+                    if (i + 1 < nc) cake_mbar_arrive(mbEmptyUG);  // this thread's reads of Us and Gs are done
+                } else {
+                    cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
+                    if (i + 1 < nc) issue_ug(ci + 1);
+                }
+                cake_wgmma_wait<0>();
+                if (!kSelfCopy && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
+                frag_s();
+            }
+        };
+        if (split_rows) chain(Precise<true>{});
+        else chain(Precise<false>{});
+        if (store_ht) store_global(ht + state_base);
+    } else if (!kLocal) {
+        // ---- warpgroup 1: O = Qg S + Aqk Vnew (rows = tokens, columns = this block's values).
+        auto issue_q = [&](int ci) {
+            if (issuer) bulk(mbQ, Qs, Qg + ((long long)ci * H + h) * 8192, 32768);
+        };
+        auto issue_aqk = [&](int ci) {
+            if (issuer) bulk(mbA, As, Aqk + ((long long)ci * H + h) * 4096, 16384);
+        };
+        // Q(0), A(0), then per chunk i Q(i+1) once Qg S is done, A(i+1) once o has left As
+        if (nc > 0) {
+            issue_q(c0);
+            issue_aqk(c0);
+        }
+        int2 tl = nc > 0 ? *reinterpret_cast<const int2*>(chunks + 2 * c0) : make_int2(0, 0);
+#pragma unroll 1
+        for (int i = 0; i < nc; ++i) {
+            const int ci = c0 + i;
+            const int t0 = tl.x, L = tl.y;
+            if (i + 1 < nc) tl = *reinterpret_cast<const int2*>(chunks + 2 * (ci + 1));
+            float acc[32];
+#pragma unroll
+            for (int x = 0; x < 32; ++x) acc[x] = 0.f;
+            cake_mbar_wait(mbQ, i & 1);      // Qg(i)
+            cake_mbar_wait(mbFullS, i & 1);  // S^T(i) stored by warpgroup 0
+            cake_wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 16; ++s)
+                cake_wgmma_n64(acc, cake_wg_desc_at<64>(dlo(Qs), 0, s), cake_wg_desc_at<64>(dlo(St), 0, s), s > 0);
+            cake_wgmma_commit();
+            cake_wgmma_wait<0>();
+            cake_bar_sync(kBarWg1, 128);  // every warp's Qg S is done: Qs is free
+            if (i + 1 < nc) issue_q(ci + 1);
+            if (states_out != nullptr)
+                write_states(reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES);
+            if (i + 1 < nc) cake_mbar_arrive(mbEmptyS);  // St read (Qg S and the states)
+            cake_mbar_wait(mbA, i & 1);   // Aqk(i)
+            cake_bar_sync(kFullV, 256);  // Vnew^T(i)
+            cake_wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+                cake_wgmma_n64(acc, cake_wg_desc_at<64>(dlo(As), 0, s), cake_wg_desc_at<64>(dlo(Vt), 0, s), 1);
+            cake_wgmma_commit();
+            cake_wgmma_wait<0>();
+            if (i + 1 < nc) cake_bar_arrive(kEmptyV, 256);
+            // o through As (free once every warp's Aqk Vnew is done): each thread's bf16 pairs in
+            // (columns 8 (x >> 2) + 2 t, + 1: word t of 16-byte chunk x >> 2), chunk c4 of row r at
+            // c4 ^ (r & 7) (conflict-free both ways), then whole 128-byte rows out, four 16-byte
+            // stores a thread where it took sixteen 4-byte ones over eight rows each (docs/notes.md,
+            // session 18). Aqk(i+1) is issued after.
+            unsigned int* const ostage = reinterpret_cast<unsigned int*>(As);
+            cake_bar_sync(kBarWg1, 128);
+#pragma unroll
+            for (int x = 0; x < 32; x += 2) {
+                const int r = row_of(x);
+                ostage[r * 32 + 4 * ((x >> 2) ^ (r & 7)) + t] = cake_pack_bf16x2(acc[x], acc[x + 1]);
+            }
+            cake_bar_sync(kBarWg1, 128);
+            const long long orow = (long long)H * 128;
+            unsigned short* ob = o + (long long)t0 * orow + h * 128 + vb * 64;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int c = tw + 128 * k, r = c >> 3, part = c & 7;
+                if (r < L)
+                    *reinterpret_cast<uint4*>(ob + r * orow + 8 * part) =
+                        *reinterpret_cast<const uint4*>(ostage + r * 32 + 4 * (part ^ (r & 7)));
+            }
+            cake_fence_proxy_async();  // the staged o's ordinary accesses -> the bulk copy's writes
+            cake_bar_sync(kBarWg1, 128);  // every read of the staged o is done: As is free
+            if (i + 1 < nc) issue_aqk(ci + 1);
+        }
+    } else if (!kLean) {
+        // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two), each
+        // tile's copy waited for by warpgroup 0 on its own mbarrier (U and gl only after W S), and
+        // the chunk-start states from St (warpgroup 0 wrote them from its fragments until session
+        // 22).
+        if (pf && nc > 1) prefetch_chunk(c0 + 1);
+        if (nc > 0) {
+            issue_k(c0);
+            if (nc > 1) issue_k(c0 + 1);
+            issue_w(c0);
+            issue_ug(c0);
+        }
+#pragma unroll 1
+        for (int i = 0; i < nc; ++i) {
+            const int ci = c0 + i;
+            if (pf && i + 2 < nc) prefetch_chunk(ci + 2);
+            if (i + 1 < nc) {  // chunk i+1's W, U, gl (its Kd^T is in flight since chunk i-1)
+                cake_bar_sync(kEmptyW, 256);
+                issue_w(ci + 1);
+                cake_mbar_wait(mbEmptyUG, i & 1);
+                issue_ug(ci + 1);
+            }
+            // chunk i's start state out once the next chunk's W, U and gl are on their way (so the
+            // chain does not wait for them), before Kd^T of chunk i+2 (not needed before then)
+            if (states_out != nullptr) {
+                cake_mbar_wait(mbFullS, i & 1);  // S^T(i) stored by warpgroup 0
+                write_states(reinterpret_cast<unsigned char*>(states_out) + ((long long)ci * H + h) * CAKE_S16_BYTES);
+                if (i + 1 < nc) cake_mbar_arrive(mbEmptyS);
+            }
+            if (i + 2 < nc) {  // Kd^T of chunk i+2, into chunk i's buffer once its product is done
+                cake_bar_sync((i & 1) ? kEmptyK1 : kEmptyK0, 256);
+                issue_k(ci + 2);
+            }
+        }
+    }
+}
+

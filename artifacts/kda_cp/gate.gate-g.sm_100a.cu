@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_100a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_100a
-// identity: sha256:e1aec75f87724e105d8929196eb4179e1594f930b3bd5b4d373e2c2aeb84d2e5
+// identity: sha256:a8261085056ad39d6f23a88bfebe6d26d5fcdc84070a2af7a4d9b94129000a2e
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_103a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_103a
-// identity: sha256:b2e43efbe95119bc6260093ddaa43b521784fe4b0572e842736ba1dddd0528b2
+// identity: sha256:8f2b09b5ca01aa2d397466f127eec8eb6d59822d2e4a0d4e963b2578491a85c7
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_107a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_107a
-// identity: sha256:7be36bcc7b70b0936f8682fe66fc3ecab5e9f6acac24d71681f6349ea03c4d9b
+// identity: sha256:070228f79affd662eafddf68f9fa6fec43ff9325ef871783beaa32c91fbf3dda
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

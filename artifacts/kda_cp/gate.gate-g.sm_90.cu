@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_90 by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_90
-// identity: sha256:1a3cb22d6ee4239bc477d53edf349f31ce3bec9dca6ec76293474fa4456ce04d
+// identity: sha256:a468edf082bd0a16c82b05750a641d4c69be719e8cbb0c83e3d791c18923fca7
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-g.sm_90a by cake migrate
 // record: kda_cp/gate.gate-g  program: kda_cp.gate.gate-g.sm_90a
-// identity: sha256:ca566c776f5cd2ba76b43f380f3af33096c25318dbdac8845314e3921f7be554
+// identity: sha256:8004acbc2b24b2c672f5887e2e24b10e2d4fae7435517994d29760c263c20c85
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

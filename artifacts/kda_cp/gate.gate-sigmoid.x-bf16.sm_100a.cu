@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_100a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_100a
-// identity: sha256:a4c853d6aad29ef4db62bd7efc14213875697862f9590ad6465aaca0c8ad11f7
+// identity: sha256:9aef925010bb41bb37eead8649b014f8ccb2cff479a9dba6de5ecf844f467620
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_103a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_103a
-// identity: sha256:6d2e19bbfa959ded9d7ffe1ae582cc25d37511f0aaab45c56f4dc64344292cf7
+// identity: sha256:2d2e33e021b74a0c49cf8c26ae7288970f96d0ce380dad1f687583013e88ca35
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

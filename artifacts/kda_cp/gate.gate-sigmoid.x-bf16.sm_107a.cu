@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_107a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_107a
-// identity: sha256:cb69a98b03a5528f0265e1d209f52e24d7aa1d9309ad03d00637b6f914c97227
+// identity: sha256:ae871ed80cd55f7b42e4a7c4f37d7c175ae251e252a01a20145e59ee84390c37
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

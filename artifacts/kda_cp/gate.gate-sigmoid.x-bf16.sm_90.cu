@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_90 by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_90
-// identity: sha256:3064fb96965bdd9275dfa161c0570301dd449cb3252f19d46ea76328d6ff08fc
+// identity: sha256:f61e09a712e92640cc2d452f0fdc247660a3a7bb7a6210e8fb2b57a3d8ea430d
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

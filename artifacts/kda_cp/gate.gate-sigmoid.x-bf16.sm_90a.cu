@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-bf16.sm_90a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-bf16  program: kda_cp.gate.gate-sigmoid.x-bf16.sm_90a
-// identity: sha256:ea52cf401cc6f4a0de081bf3aed685202e80aea5f4dc0c4a7a42c1baee13d852
+// identity: sha256:f009d5ec1ddde9921074d68ffc61fbcca0b38676c599316b382888af0e9303cd
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_100a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_100a
-// identity: sha256:53a7e7a5e4f937f49d0ff137689229724e9e12b94537eee829ae0a2d16c30502
+// identity: sha256:98f824b8316f4e8f1f6387624da423e2cbd5c58ad3f7eb6c0d0a277ee7219eb7
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_103a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_103a
-// identity: sha256:3155ed2e91861b4db1bd2c75c663a7a8926f9156203008351aa0899cbc365d1a
+// identity: sha256:7890b28fc2c8ae612224122ca2ab8ded18a7dab7e7c703617523ae6e2ca047d6
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

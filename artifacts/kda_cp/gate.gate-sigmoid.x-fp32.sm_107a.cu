@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_107a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_107a
-// identity: sha256:75b78f30fc6cc01c0aebd85ef3dd61cdf22520e65be551d92572ea19493b37bf
+// identity: sha256:e2a8e512ff1032ea9456c6728d6865211c890a2999a939ec830968d94068d0a4
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

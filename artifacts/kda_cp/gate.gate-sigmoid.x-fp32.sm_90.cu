@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_90 by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_90
-// identity: sha256:81aa038c1c634e8c19131c0ce99021db10014210ca1740956de58f5e2bc886ff
+// identity: sha256:928b4134fd7229aff394a1f5ccc2e45b0de50c92b31b6950af6b6e7addf8742f
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

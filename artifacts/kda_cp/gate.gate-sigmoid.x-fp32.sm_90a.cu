@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-sigmoid.x-fp32.sm_90a by cake migrate
 // record: kda_cp/gate.gate-sigmoid.x-fp32  program: kda_cp.gate.gate-sigmoid.x-fp32.sm_90a
-// identity: sha256:257a1a75ee800eeb34db31b67057dbba4ccab037243a2410d2ed0c15b82d712f
+// identity: sha256:e23441df7be7693c57f1fa1073456ac512ba30f2fe2a878584f024afe271c8e0
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_100a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_100a
-// identity: sha256:9b46e8cb894763b8677f14faa5233e5f26e8696c2069766df026be8c1dc367fc
+// identity: sha256:3273c57d664a355ddf05ca5e03d78fdd6dc237ead98ce637ecd7895cc66e2601
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_103a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_103a
-// identity: sha256:a78490b1830ee1ef734bda8899d91c3d9a8be9ac76d1da615bacb071ad43b2cc
+// identity: sha256:024e982d54510880de003f7b904786e6459618cc1d0c3113ff53133fe5a42264
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_107a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_107a
-// identity: sha256:cc42a3fb5ef7494f06775cdace7209c795ce86f711654b1567cbe4d814eb41e3
+// identity: sha256:0311289e5d7bba415bb9b43753c0650e5de76b8880f5e5781cd28f4f8ff9604d
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

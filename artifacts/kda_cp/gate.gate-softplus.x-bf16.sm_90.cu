@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_90 by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_90
-// identity: sha256:62b6177ea23ffeb1858ac1dbc4b4dcfd69db7c2d914a1de28397f22f476bb6a6
+// identity: sha256:cd37495a15590bf9a02149b8e7bcbf2be23b6aaa6a82e9f33fc226feff8a15ca
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

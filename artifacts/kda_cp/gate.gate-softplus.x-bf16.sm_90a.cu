@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-bf16.sm_90a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-bf16  program: kda_cp.gate.gate-softplus.x-bf16.sm_90a
-// identity: sha256:eb0574a42abe316b067b1f14669c264ce15e636ec482e339ef9c16d3ff125445
+// identity: sha256:c35893a0ee6c6192e1b1359266dda23c3f0b0f6accbc1ee17773138ae7091a65
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

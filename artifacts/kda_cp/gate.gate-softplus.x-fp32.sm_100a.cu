@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_100a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_100a
-// identity: sha256:1d7a7c8f4067157f6c138bcfaa8321a4ee8ec4580902a6c459dd0652e66a3381
+// identity: sha256:91d97f756cf5870cd5fd5eabf5645b7f6e55041ac1dda7c13a4519e3a910eda1
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_103a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_103a
-// identity: sha256:695f920e29334c772aa64d3e995e18df121bd6f6b54a5ab8671cd87aba74c906
+// identity: sha256:5de455f671037f832df7a8900b0ac8d9be7e774c288adc89bb7245ad5b688340
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

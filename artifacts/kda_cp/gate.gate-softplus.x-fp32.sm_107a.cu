@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_107a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_107a
-// identity: sha256:e9006f13aa4c57480b23aee2d86186039bf9c2b030aa709ebf9ee9c9a093d3ea
+// identity: sha256:9d883ba7dadab6e1ea9e537efd00316461994fe47dfea7f328e0794f9cddd205
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_90 by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_90
-// identity: sha256:8ca28689303b1b8a80199500e9cd4237f2002d55a2a64e58ab11f3e0e606c260
+// identity: sha256:2e17c9ea58dfb9f304a89705f2ef060df3a19f5469871e7f8dfa1d251436d969
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

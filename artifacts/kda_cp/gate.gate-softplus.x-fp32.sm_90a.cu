@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.gate.gate-softplus.x-fp32.sm_90a by cake migrate
 // record: kda_cp/gate.gate-softplus.x-fp32  program: kda_cp.gate.gate-softplus.x-fp32.sm_90a
-// identity: sha256:c5435fc38a28fee5bb71811d90309b58aa63acebfd6a2732aefad058b067ecbc
+// identity: sha256:02698ac8464fc119dac929b57da2d8e3e4eb15426c1c69918d29e01e0a217244
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_100a
-// identity: sha256:f561f9dbb93aca7b2cd76a5c3cd7f34498c513a3421e831186c17e72b8080e20
+// identity: sha256:2a11ffa1f9df3c3448e451639c8ea6cae49ffff4ccab347c0f020e91bf7800fa
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_103a
-// identity: sha256:76a0cdfc08e3b8e280779f91c2d122f6c75eab24a27cd2ecda5dccc92bb490d8
+// identity: sha256:a3dbdfe0053f78ed16d3b07f95b78a4ec170c000fa59fafc5da45e461bdf241e
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

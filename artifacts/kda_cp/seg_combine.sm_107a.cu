@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_107a
-// identity: sha256:cd7e44ec43fde4ac1725ecd8e6ad3223f30c523489beeb33d8b962cab00413a4
+// identity: sha256:f61f0f7cb961b2d959e9513fca9b2ea7b8220440466191c82d48f125b134ab2c
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90
-// identity: sha256:8cd8e731eef442507e03be3e5477087bbf1304ba2076f11c9e6145e39c06f2ba
+// identity: sha256:aaad9498f879c7055c7ff1ed44c1fb6fa441e541e6656738e61c8309a255f88e
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

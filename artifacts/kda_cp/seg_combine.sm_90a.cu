@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_90a
-// identity: sha256:e5a102f3db2a17e5af12ab21af68fcf09a21d222204f5155630fff717602c960
+// identity: sha256:48eb50d48886f164dceb77aa993fbdb872bf578262bc5385db08e8db999ac79a
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:e56d71d994e85d6246c773fa9339fca0daf8c4ad988541850c9233c6ace95e67
+// identity: sha256:1028b54c32813f99b46c74238946a7e55807ad7c979d96aaf81daeaf57067be2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:8b5a8d84c1987d128d29eeff74c926bce3f6fd6484cb5d3d61f6cfe5967c53db
+// identity: sha256:872849ee14fd284453f7a01ed1b2ff50940df77c2cacadf99fe62c9130f12111
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

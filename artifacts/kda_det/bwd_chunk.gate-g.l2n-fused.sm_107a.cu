@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:3facefa385709700e6f9a69bfa9ea54d58fff9956f3a875efa119e472b88cdd8
+// identity: sha256:ec7d3eb41bac8f619ab717e30eb5f48b8234a12229ee4e230748ccb0cddebf27
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:3c79009f26eb498542355d18a2570ef3abb2f11ffd465c1b4b9aa34a645745e4
+// identity: sha256:26cf018ba34b09aba3752b30525e1b5edc8f3b9e25e4cfbdc1756be93aa9824a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

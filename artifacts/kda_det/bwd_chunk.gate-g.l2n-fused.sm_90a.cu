@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:7e43d1e44d4e2b3023da9d15369353cc374932c5786e636b9c1411ecc22fb004
+// identity: sha256:2d81766c926c3cc25328aa7efb9aef910edfa318ce7be1221a94dec430101cf2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

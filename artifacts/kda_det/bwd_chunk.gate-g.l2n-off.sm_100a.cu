@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:b270c36489b9d68d1bd66b06e96b8092f69bfc0e174e3b52bb9e4e879bf40965
+// identity: sha256:ac1593dd10c1e80d1059e0df6993ef57a2757b0c28885d6b6710cb58e34613b4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:af2c64616e7f6a758c09fb911d812ffc5bef3a3a2c4bce71fee5c0ddf22867a3
+// identity: sha256:3e099e5f5b3c2d8870e2c9115cbb138bf69bf8ca206d08e9a96fba359af8bd2a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:e919aafcc613cf9ad24c4f35c693cd2dc1def4de7a9eb1d6d8be7f3e2aa73ba9
+// identity: sha256:d15f5a314cbe7825f57775a66afa05341c78cdd8fa5f98ceadf8cc1c25aab1ca
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:8a769c7797254e2de7b3c11ece1ebb12c69ba08d421ee381351c9f87b97d9708
+// identity: sha256:469cfee514a355f7f223591cfd4eda1d3e45160f985fa5421941610d60dac0db
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

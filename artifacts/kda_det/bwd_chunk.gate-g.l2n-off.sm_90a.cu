@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:4cb5b91340b51e5e1fb0557c65f7b04f1d2c5860b44f2939df4b663a02aed964
+// identity: sha256:93eac33a2e161544cc777efdbf1bbd656287b1526473ff23a625223321011a39
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a
-// identity: sha256:06a71ef15aaaa64d68fb3e1a09f12cef631fd2f41ce3bec2497668a0c5c8a1b7
+// identity: sha256:379e0324df517784003566ec85a84121090750390a11368276515905cec220cc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a
-// identity: sha256:380468f800115b1b448d1d785e9c5d1baa11ff0674c73ae888eb0b6e6bd6d99f
+// identity: sha256:b96feab0e8fc83dff2cdaba2a75bfcfd87a1b378594b26c30e562ede7d48dcb0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_107a
-// identity: sha256:979cd5af15f293968fc253cef73ab56d361d89c088e889a9e3b146ee1f6f777a
+// identity: sha256:50b2e0bbe532c399d6f265ace60300253b6f92f03ebd06799bc87634bfd9a63f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:0f9b6aaa7d1b8d833a4ba5b85f67dbcabb863ea044dcdd6383b5a8110fab068f
+// identity: sha256:f2ae40728f8925c896896326a65bf6d1ab7db196ab51d58d0d943d774a7c3b4f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_103a
-// identity: sha256:deeaefdbc06f79fc8623b72f4d1dfaf22ca885d87c141e2bf75d96c3b9d94954
+// identity: sha256:9d1207b3c9a2ed54e1d53e6b39bfe6133e3e61ba5d01f365ac8fbc69060e1b2a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

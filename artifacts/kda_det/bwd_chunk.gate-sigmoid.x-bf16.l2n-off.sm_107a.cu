@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:c67ca0d0e79ca08c556d9d46e20262384a31dc7be4fa10f9ee4e3628ec9ddd23
+// identity: sha256:cc16c5ce447f8c34f1bd06eaa8f621ad6cfb53042061af03c1ea0e232a67085c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:dbedb5c53328f35332117a4aeae0445fcc571acc6bab3a9a19db0b93b41473ed
+// identity: sha256:bd643bdbdbdfa6176dee3155738310f0210fbe87820053f2858b70f37fc6e932
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:1b9639305f2493edfe1d61b7fee07857f55b919d5a27adc2ad9d553e9dd44d60
+// identity: sha256:408cd935240ed3888b28770735889bf6141702661518f33f2a51d20d1013bf73
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:5e172dd5a09c0e851f8d86b0fbfe37486bffb4a3a3b319474d69ba8a0c8680f3
+// identity: sha256:8a200ccdf31a22135c9b04a584a8c00c8ea0f76f1771ea109c03d31c69cafdf4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:ce40d5715310e1855f0725683a00cc7a16eab88f8e505b46524ea6f6d9d56dbf
+// identity: sha256:7244aab4b268647fcd0566cbbfb9d231b1b42941d77b9e40b3374750764237ba
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

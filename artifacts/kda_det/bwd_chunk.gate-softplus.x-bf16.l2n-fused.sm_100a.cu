@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:21a6af1a01d1f2066f33622dc905e4c5a81e611a211d1a1b19035dc9c929ece5
+// identity: sha256:b53c0f03655a90220552439540c5ae392573fd414ab7f8d71602af2042f5deec
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

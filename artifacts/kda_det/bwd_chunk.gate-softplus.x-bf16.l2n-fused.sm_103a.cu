@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:ea81b4f570671246beb2cf52465f867d7328d0ca874e5b0f94e23479a96deaff
+// identity: sha256:79f44206da7f707a943028e0409b6e18abccd8535be49ae66858586afd50bbbc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

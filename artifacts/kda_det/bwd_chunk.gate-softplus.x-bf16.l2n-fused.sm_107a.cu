@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:675e00294af0618c2cadb0faead9b8b72ab8cc6beb1094d36f6809c8cb937758
+// identity: sha256:ae06df944a2402aa6acb5bea07b3543678225d57fbf709ec0cac714d11b1b5fd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

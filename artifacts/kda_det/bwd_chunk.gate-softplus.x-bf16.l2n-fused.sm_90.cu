@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:370eeaefb0d066c93029f1fb94a56287196b22be53051aa6ea5c5575414e0141
+// identity: sha256:c97f0c21a684df7699f003c6d357278a464ad6ada883db33aed2d3f75f85959c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:d9dc7bf1ca202ea220bad431d75f49b2107e550766dd26f12b1cfe00a08dc9df
+// identity: sha256:b4d70dbd543d09628006523637df19f5ddbc5529f3ad70028f8ae0a03d648e7d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

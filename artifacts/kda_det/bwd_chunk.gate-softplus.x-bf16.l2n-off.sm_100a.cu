@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:b84e81a29fd209bddf95d3ad67e42f2ccf651a2888cd1b56df533305b2e295da
+// identity: sha256:2bca91abc9ae4dda83543dbabf3ba6a89d5458da050456a583cb3ddf6ad0c304
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:44c44d67ef2e8b0abe48f13bb43f1398c0498bc892384f341a308510eb08d91f
+// identity: sha256:e43ec9be46b6105396ef90481fd78da1a27f79d660086775504179427ff2ce3b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:f48844723cfcaf1aa1e2e3f4fc04ee7358e3886cd1c36f49f19b657b8c6fe97d
+// identity: sha256:d1a78381c5cfb819a1d308c5f1be70dca295d0c49956c676cb325f803733de58
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:563c1aed20f47a570792469a0c2b2ed86dcf2496b6e8cb16da0dfd093529fc7b
+// identity: sha256:37c3f341158338530cc5f659396b58a874ad7a891e56e52905fa99ca1e8828f1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

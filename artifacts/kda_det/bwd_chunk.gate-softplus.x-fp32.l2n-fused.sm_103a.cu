@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:43422cd83e5587edd10d588f1a442cdffbd4dd5058c359cd68bd26192ddf4ee4
+// identity: sha256:74f5ad91b903f2410659dd42badd892bc22925b6573c941b61f37163fdd7d8f1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:db8a4509b43dc549de99c0730397db33ac52aacb279dbc8fa1e388749df5634c
+// identity: sha256:52c5fe44519afa5689fb91071377f8455bfe9082f25d23cfee56d53142cf32c6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

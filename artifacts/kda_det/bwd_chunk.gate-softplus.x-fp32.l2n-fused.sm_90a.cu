@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:66f42a6ff82a75acd9325be6938968af976e431cb8382e0e82fdb205be7a36b9
+// identity: sha256:f59faa7b615bfb08ee9aaff8c4dd2a70940ffaf1d36eaa8bf6f46b82887603bc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:e041e8e26afc343fb2f5efe32530d26c846fdffa2b41ce3c72d3440136546205
+// identity: sha256:800ccbe47a0b3fff580d77283125a5f637408c38d3818b120fc4947e0f79d2c8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

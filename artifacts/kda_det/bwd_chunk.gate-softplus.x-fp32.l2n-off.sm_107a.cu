@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:db0fdc59441cf8fa5823b1ff0a023600acb64496ddf87341c81b56dd0444debe
+// identity: sha256:c62f53581c80bf3398d3e694497c248bc1ec26a09199348685068fd93cc9aae2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:7eb3434e275480cbd2fd30ed5784cc49726974961a29088456f30c25d1b302c5
+// identity: sha256:f36cc6ea712c8e619cf46e723d62fab1855b1d4d85f26781c3fdefe6adda5492
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

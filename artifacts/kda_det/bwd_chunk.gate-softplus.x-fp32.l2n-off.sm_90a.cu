@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:d1a4a129ef24cb8d88d4664c59011ddb19b7d29acf4c2e8550e8c4211cf3502e
+// identity: sha256:be01c41244aacf8ab4968e951dfddc6653d2c09043051393d5a6e79e2f88174a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_100a
-// identity: sha256:ef8d301a54404dec937b0ea16eabe146bee85a8e5b4c5c48858e33bca6819d97
+// identity: sha256:266d5241576492cecea831afb7d987da192e7b0a59412503779f4e3191b8649b
 
 namespace {
 

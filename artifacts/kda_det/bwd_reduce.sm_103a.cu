@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_103a
-// identity: sha256:701e24c973ecc5adae5496f6d4f193ddc6e312d40c308a1cf9dd91507fb87804
+// identity: sha256:9184484d96a568704a607446c623129ec124b8a16968fda0ba347021d61a0255
 
 namespace {
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_107a
-// identity: sha256:f41a8cfe8539c01410e6d778f59043f5ddfb70e3d2fb04f73376ec7b76bc2855
+// identity: sha256:4cd4618871809bd9df915db80271c5d4a1b7ba5c8c7fd6ccf7575892fc2b7fae
 
 namespace {
 

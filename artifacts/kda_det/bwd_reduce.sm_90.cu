@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_90
-// identity: sha256:912cc4603bbf2fda3bf06f89e1894ef64abedf22e14c9a9868dab45bdb977711
+// identity: sha256:75dd95d74974bf7db5cc62b208288895a9f77928c667076057fcef0ee9b527fe
 
 namespace {
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_reduce.cu.j2
 // record: kda_det/bwd_reduce  program: kda_det.bwd_reduce.sm_90a
-// identity: sha256:10aa3be35e74a5bf0ad4b4602ec7322d71ff3093a07efdd1981ad62bbe4f18f2
+// identity: sha256:d708322924eb9de47ea7715ae2ffb5970442b21dfb25f6fa58bfc968e40b9ae5
 
 namespace {
 

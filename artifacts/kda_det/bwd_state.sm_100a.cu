@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:a8cabbfa7b6e2300b83031b96818ce5a7c2b9fc836fa2db39bb4d210d5a53893
+// identity: sha256:34e257e787558308154ae4e5e948542d55d47eb11798299cacceb8664786b9ae
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:e758e45f5c355875ae05a043340b68cb76bb6e4c0b4d96f30a8ff7848c338de6
+// identity: sha256:013f13b4df28ce64127e1dacb4d7f54a75691ad22c78d6fc23de6979a1ead91a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:d0ffa93da1d1e01a175dd1eac17cf24a045b2bc0c4c95e0f5b845cb5c3eacb68
+// identity: sha256:64cac0c3ea4a0b934f3895a635a4c2277ba7d4263932160afe2d016ac3a9e332
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:f39d80980a63060b613b7b4a7617fabcdc7b6e136df10041ebf6b2fc2ef218ba
+// identity: sha256:6ca97d7b9a80e480879eb40c3c2c69a5ee088c9f22ca8334090d355fce9c74a7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

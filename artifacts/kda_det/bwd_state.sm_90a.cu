@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:26db2c3e10df60a7ffa6241d2a77df1196d23ddc53517755d58ef5cf32533629
+// identity: sha256:984d79b0b273af2d92531c90a7c80f9c2176a08e8edc5698f7f9fe084baf4560
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:149a925475d479ffc026c4d190d204807b294d46856c19fc112e2704a372ab9b
+// identity: sha256:f2e09552991da5a2f3b7c8aaf54320d21d9108ee765933e9cd90b52c711624ff
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:aea4edfc5bfb881d7bd7c5dfe0712653b6cf12397bd1f4cf5f495dfeb1669c86
+// identity: sha256:c6a42809618e171ee2a08e66402ccfd74537b500b31d44677fb8f207dacf2871
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

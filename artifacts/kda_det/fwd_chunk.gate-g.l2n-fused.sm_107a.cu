@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_107a
-// identity: sha256:7daf65da8fc4eae551e796c324eaaa9667900d56291747da6342c833785212fc
+// identity: sha256:4f440088c4cf314974385b5570ca40855cdf2dcdd671db201e69744c144a00cb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

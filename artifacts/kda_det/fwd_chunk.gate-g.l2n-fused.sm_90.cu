@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:42998ca532a65feeb1d93a8ba2a646c887eaed67301fe5e6e6a103d1233551cc
+// identity: sha256:c6dbf6bd220e9c238e840e495615de44b2b7c157ea1e2923251f56c3242abd4f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

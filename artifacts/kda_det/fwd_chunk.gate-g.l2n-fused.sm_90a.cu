@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-fused  program: kda_det.fwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:b9fe3eda8cc65f010b009a89baf791832e92ad2c3865b57ee3061bf4a6afa25f
+// identity: sha256:759b8929adf441f2dd19cdbcd2c6730e5b0b784f222f3937e6c2cf9368831e61
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:4acb8c3889b74426cd9ecf4aa37cb54bdfec620ec4907f4a55aa02037b6983db
+// identity: sha256:1d3c5cdfb99482e698547eb07957f25ccc9704861390ae385f35b7845c32d535
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:fa79e67347ff34f1f456879f1062e107ab69cc43d5e5b0c724d6ae7fdfba74d7
+// identity: sha256:dd318a5a9d98d6adbbe3839cdddea90b0b1055a2e6528010f6af45b2dc25f5fe
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_107a
-// identity: sha256:aee27138ff1d55237303783f240253139258e4a31ed7f84270e57935b0c339a8
+// identity: sha256:6a4c68d9d975177dffd97bcde770d873b78eeebcb8cf27840676fa766f094550
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:bec3ed2ab356c817df5ef4712945527edf034139c09e2280b9dd018c8246c1dc
+// identity: sha256:5073c879722c5bf94e257adef75e66217796c09ae013548ec6d298f38c7baa91
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-g.l2n-off  program: kda_det.fwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:80a9919079b5419b41fbb7bd2c373213ae2cc9f9800ec213c39f5b8d2841f064
+// identity: sha256:fc76ef4ae955cb7da3d6270e9e76ac2eb08e67958e90fed921e0918c420a5c01
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

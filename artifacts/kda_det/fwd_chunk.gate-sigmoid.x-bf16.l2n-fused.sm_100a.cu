@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_100a
-// identity: sha256:2a1e85a884de1e0384c8902ac6f2447cd2648952cf88988f158d7d3e21beed9b
+// identity: sha256:07459587ead8254bf4053853a3b7dc00fc8701fe608c948e40eec8398b9333be
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

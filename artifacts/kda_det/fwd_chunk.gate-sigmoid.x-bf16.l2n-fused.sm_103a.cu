@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_103a
-// identity: sha256:480a5f6433c601b68782aebc9aaf12302fa6ce71bba20e94d05f7e1ec7e6e2b7
+// identity: sha256:d9d70bb4732ee50e6ab6e5051bf3be7bbdf301e02104875346920e4502e90726
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

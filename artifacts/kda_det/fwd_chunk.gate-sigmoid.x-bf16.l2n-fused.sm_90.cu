@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90
-// identity: sha256:1fa0a92dceb89f9b90da82a810b2185151fe3b1431ef9b77bbd8e51f98de4f8b
+// identity: sha256:61a337d9c4bb8830c9d8e793048250e835a9ac688a8fc8f67fce804183da24b8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_100a
-// identity: sha256:e840086f7ea54e6827bd2b0bbc3947ea964dd6f11572e5b5d5934e0d1e7d122d
+// identity: sha256:9fdb8b366c997b1af4bdde5c2d31e8c54022abcef335c558962cee02a4b90c89
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:5dde0bf8c473ad9adc1b449b2f869435700056ba5646adcf81a8ee8a4ddaf12c
+// identity: sha256:71d6b63ef15ea1e7e58161f5a964780969af714509696dec7bcb2a2af1c6f121
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

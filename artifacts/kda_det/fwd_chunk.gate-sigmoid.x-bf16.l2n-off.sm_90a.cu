@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a
-// identity: sha256:fc8a5e3804b698e2f1cf7a1ea2cbdcd0d236943e1c4af2e34dd8b8290fee05c3
+// identity: sha256:e009ce6090334c02dc3a1407733aeb06e7cfb9fa12b833054d32658ce2837b38
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_103a
-// identity: sha256:0eab2afdecddc0b3b58488f52d42dac0dd74cebd585dce79ecf2a0da60c91d21
+// identity: sha256:9d7bf615640c81b5bc7d7eba2e987505c0fbe4a1c4ee0a7402f760d6537e3a67
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_107a
-// identity: sha256:568bffe2f5fdb634f05d2fb19b7f0536a0abf2972cf67e7b85ccaf6db19ae5e3
+// identity: sha256:1269d575eddf863c0ad037e188b99d4d4a7a5f8f7b6e113ff798730aa85ba995
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

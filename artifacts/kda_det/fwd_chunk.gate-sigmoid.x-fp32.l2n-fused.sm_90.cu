@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:91516ee27b3672311a4920426a35641bbf3b8e84c73e704d0c48df1e34011034
+// identity: sha256:c6539edd96c5e02cce23f1964027ac17a6df766ce17e0529aa6c9e8dd7407022
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:c0e57fdcdee7675287bf8e0d6b2e86aaa58f4024a58b675e8709505fce7ec8a3
+// identity: sha256:4c0f5aa9953e2ce8ce1073adb263568efdcbca5ac1b39f57136a34dfc90dc71c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

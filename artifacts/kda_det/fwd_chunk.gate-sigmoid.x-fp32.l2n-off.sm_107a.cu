@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_107a
-// identity: sha256:2952a8076f0b7781df15fe70395663c4c8e7e7f6afeff5fca24f38d596119415
+// identity: sha256:0cefd2b1592f7da51e7cf9c58e4d0813dd3977b9ca881ce37f80145d5efb0e87
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:1b9dd46e38e05f597b5a7bd89fa89bc713d9d65c8d1865c84fe136f5b50f8b98
+// identity: sha256:f12c87b11ce134ee348ba9edf7bc0e1cd06d57db56f22eaf0e07476da092f410
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

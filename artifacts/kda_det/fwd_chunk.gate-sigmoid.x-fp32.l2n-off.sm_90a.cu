@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:7639ef396981165daeb2ff71f58ba6a50c8cf58e9a21f710e2d37eccf57dbcba
+// identity: sha256:a5955c60a762f9d9e471a38c5a6c80c2b8272afa7a6eb0b99e97c3bf9e32cc43
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

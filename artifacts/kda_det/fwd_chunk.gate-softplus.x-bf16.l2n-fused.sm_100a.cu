@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:0861bf5322d45bc708af30beab1d25bcb046996de847163dc5eb28d8a2492360
+// identity: sha256:56ac9ed26e260662c1465aca41d974e56155d7e1e8cab1c9068063a46e73ce31
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

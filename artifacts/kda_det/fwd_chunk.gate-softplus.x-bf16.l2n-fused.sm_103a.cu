@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_103a
-// identity: sha256:c358c0227646749493fd254bd051b3c3d815a24ee6b2171da6e1cc6747fb8f8b
+// identity: sha256:7e87b56dbcb499762b0bfc515d75303e6e5d621631b44aa4461c832db648231f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

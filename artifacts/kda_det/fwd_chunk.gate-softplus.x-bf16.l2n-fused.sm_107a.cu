@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:faf944d4afef045621e9193fac79b1a40080883ad3ac41adb9130176d19cf63c
+// identity: sha256:cf34d41977d120989c258e2822078b27b16c57bca3b97dc10166d0c80f6a0cb9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:9b12b2e001e3c21258663822c5982097c9f80bf42210ad5e64d508d67a95dca4
+// identity: sha256:26afe86632ded50ed77a522b73d121a78e38afb4b76a253d208e4ed3d93fff5f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

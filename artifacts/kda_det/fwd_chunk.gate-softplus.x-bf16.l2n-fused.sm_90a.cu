@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:247f1ba47a0230bd72cf1f339e31a949a6e26ee4d7bc7ad77fe2892dfab9d2eb
+// identity: sha256:3336e2fb5a691fd00865991fabc4ef233309f61fe9440a5fe926b2f6435c9615
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

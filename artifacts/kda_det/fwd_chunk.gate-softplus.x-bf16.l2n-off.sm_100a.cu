@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_100a
-// identity: sha256:a89192843eb0e9186a2edd787ff86fa07e7898944aa2057b1458eea403d79091
+// identity: sha256:ebff391ffbd34664adea3f68bead5ac12139cc19f7835f1d6f19c61d7a666a81
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:d7f80128f748f98a51364fef0c60b1c369dedc7a72d509ab3d301a114e98c8a2
+// identity: sha256:3d717278bc66e9615a3c2d564bddd1d878bdaa1ac84f180ebb4ea4a8d928d40e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

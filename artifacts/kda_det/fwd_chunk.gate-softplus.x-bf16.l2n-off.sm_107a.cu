@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_107a
-// identity: sha256:69ddad64a8cbc91dfef1cfa251579842a55f586767cffeda8cc5cac1f3e0d178
+// identity: sha256:ecf568c3ad72ec0f1dceae98a63d5188ab92a156783e9d3c8f1f345036373f43
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

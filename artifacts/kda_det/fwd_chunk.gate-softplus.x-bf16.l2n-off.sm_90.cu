@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:09301e7cf34cff00492da8887c37938671a40c70298ce96202c2439ddc6cc58f
+// identity: sha256:944d8a0a5a5fbfe50828448595741ce74511a88ef017106d684ece60505ca801
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:637857c3a33b78adf314a9bede3ecacb6732d9f7d5ce5c76b65c72c6beb59b74
+// identity: sha256:a3e7da2618e5f62178156e1e1151aa126d36ff3865fbfc5ea642ee1e15fc05dc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

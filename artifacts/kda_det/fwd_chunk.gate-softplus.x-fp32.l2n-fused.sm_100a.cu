@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:e71eb5afb2b105a12aba394dcd4c89089418f551d11b9d824dea5a981c570bf1
+// identity: sha256:7520ea3e50bedcab3751770e71637f00c28cba5f7fe58e87475fb913511e826b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

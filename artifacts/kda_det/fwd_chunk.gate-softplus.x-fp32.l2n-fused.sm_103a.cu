@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_103a
-// identity: sha256:22b5975b65a528ee19da51753ca68824a64e6bc27633e7bab3cd73afeb5bb7c6
+// identity: sha256:224b7a1685547a303447841f87d5cebb2f87a76e5629f6063626c8dcd28f5570
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:739f7df428000fca825e2d124939a1f46a83e7339ec708e27ae816ded9e107a7
+// identity: sha256:47350a5b6664ced5145193e8b17fb6836ec4b5033131aed7f7c1efd2a5dab845
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90
-// identity: sha256:7b59343279a16671c52f27bdfe691632ffb17ec45a08ba1734edda3a238b197c
+// identity: sha256:38cbb32bff59c31949561668e675cb4fabd0d3db604d1af3e859f5f11300fe85
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:427c780465c1255b6e598c22c3d11206563dbb7e668568628a2972ae97fc2df3
+// identity: sha256:b1543fe5f7fc06c4572e73179c8d05926e905896f6c623119157f2f3953a83c0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

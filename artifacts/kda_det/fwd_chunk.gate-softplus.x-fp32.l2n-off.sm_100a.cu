@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:2136ef0cf97641af8109a987ab4e740b7ebe7fe603bc8c710f491f7af3832018
+// identity: sha256:620abdd5aa81225af69c73e0cf6aae663c7678dda5460679b17e18f37f2f1afa
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:935b7a9e08fb91b9388d05e9783fa5b5a7dc50f8aa77a281a4ca59f2326c398b
+// identity: sha256:9395ea4ab8402d9d3dd04cc6aa10acea3da5bacc9a9ff63ca0250eea679e7607
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

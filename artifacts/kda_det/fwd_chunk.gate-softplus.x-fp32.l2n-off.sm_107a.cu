@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_107a
-// identity: sha256:3d07977efb4afc4e633fd3364e403823a36ca47df5a1f58e0e6a121a182a2f83
+// identity: sha256:ba6266d7279ddb997d06c0de221bed15a51a8539574f6696318fea8d7cdd42ce
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:c78583d396f1234ed3abc6ee030a2dbaa7f5dc78fa7bc5ec1afe26a60334dd6d
+// identity: sha256:bb34f4f72d8d6e7e0cb2813f03d027657d69de55b7f80c5cc1d1813772b082e9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:6769ce234be53a35df712003e2b1399064a77e8e4839a0d85b3325c0ce6a49cf
+// identity: sha256:057d0193e9437a8ddf2517bd18e45bffd42f8caa064dedbe9366207e443c7f4c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:542ac7d253225cb806e50878acc8fbae665dbf8f080eb937be03eae85775cab4
+// identity: sha256:9cdd9fe7ce4db771be8534fddf80ee175a08f4193019451c3b86cc571bee0ed6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -586,3 +586,4 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     cake_cp_async_wait<0>();
     if (store_ht) store_global(ht + state_base);
 }
+

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:4355823f889bf97d11c2bdfaf5bbc78f5d043a5f151e01b8aeefaf37eaf19cea
+// identity: sha256:615226867d1489f9f2b343c1750cd5b97078852f70e0a066a82e7589fecc0c9c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -421,6 +421,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // barrier. Warpgroup 1 computes O = Qg S + Aqk Vnew (as before) from the TF32 copies of S^T and
     // Vnew^T that warpgroup 0 stores for it (FULL / EMPTY pairs: mbarriers for S^T, named barriers
     // for Vnew^T).
+    // kda_fwd_state_lean: the chain's warpgroup alone, issuing its own copies (as fwd_state's
+    // does), and only the chain's tiles in shared memory (115 456 bytes): two blocks an SM.
+    constexpr bool kLean = false;
+    constexpr bool kSelfCopy = !kLocal || kLean;  // warpgroup 0 issues the chain's copies
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
     float* Ws = reinterpret_cast<float*>(smem);  // W [64 tok, rows in pk order][128 K]
     float* Ks = Ws + 8192;                       // Kd^T [128 K, rows in pk order][64 tok], 2 buffers
@@ -582,7 +586,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         // the top of the chunk before), W (once the chunk before's W S is done), U and gl (once its
         // Vnew and gl scaling have read them). W S waits only for the first two; U and gl are
         // waited for after it, which gives their copies the product's time to land.
-        if (!kLocal && nc > 0) {
+        if (kSelfCopy && nc > 0) {
             issue_k(c0);
             issue_w(c0);
             issue_ug(c0);
@@ -600,7 +604,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 const float* Kc = Ks + 8192 * (i & 1);
                 cake_mbar_wait(mbK + (i & 1), (i >> 1) & 1);  // Kd^T(i)
                 cake_mbar_wait(mbW, i & 1);                    // W(i)
-                if (!kLocal) {
+                if (kSelfCopy) {
                     cake_bar_sync(kBarWg0, 128);
                     if (i + 1 < nc) issue_k(ci + 1);  // the other buffer: its last reader (chunk i-1) is done
                 }
@@ -647,7 +651,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                     cake_mbar_arrive(mbFullS);
                 }
                 cake_wgmma_wait<0>();
-                if (kLocal) {
+                if (!kSelfCopy) {
                     if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);  // this warp's W S is done
                 } else {
                     cake_bar_sync(kBarWg0, 128);  // every warp's W S is done: Ws is free
@@ -693,14 +697,14 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
                 product_vk(FV);
                 if (split) product_vk(FV2);
                 cake_wgmma_commit();
-                if (kLocal) {
+                if (!kSelfCopy) {
                     if (i + 1 < nc) cake_mbar_arrive(mbEmptyUG);  // this thread's reads of Us and Gs are done
                 } else {
                     cake_bar_sync(kBarWg0, 128);  // every warp's reads of Us and Gs are done
                     if (i + 1 < nc) issue_ug(ci + 1);
                 }
                 cake_wgmma_wait<0>();
-                if (kLocal && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
+                if (!kSelfCopy && i + 2 < nc) cake_bar_arrive((i & 1) ? kEmptyK1 : kEmptyK0, 256);  // Kd^T buffer i & 1 is free
                 frag_s();
             }
         };
@@ -777,7 +781,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             cake_bar_sync(kBarWg1, 128);  // every read of the staged o is done: As is free
             if (i + 1 < nc) issue_aqk(ci + 1);
         }
-    } else {
+    } else if (!kLean) {
         // ---- warpgroup 1 of the local program: the chain's loads, a chunk ahead (Kd^T two), each
         // tile's copy waited for by warpgroup 0 on its own mbarrier (U and gl only after W S), and
         // the chunk-start states from St (warpgroup 0 wrote them from its fragments until session
@@ -813,3 +817,4 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         }
     }
 }
+

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:97463d16565aed55cd93105971702fb1bb786ae8ebcb56cba6744991382f4927
+// identity: sha256:f412ae1494f0f3496d9e2d6fa31539722938402de79d630047fa1238c935714e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -596,3 +596,4 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     cake_cp_async_wait<0>();
     if (store_ht) store_global(ht + state_base);
 }
+

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:7748c875d7b9572e47b0eeff24fa8d4c996a5cbb0162e8f299f2cd832ea18988
+// identity: sha256:658e1cac6ac7d888a4c343889a24f6b652b9a1c13f74891636d69b2c80ec9abc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -596,3 +596,4 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     cake_cp_async_wait<0>();
     if (store_ht) store_global(ht + state_base);
 }
+

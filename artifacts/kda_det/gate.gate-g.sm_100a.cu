@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_100a
-// identity: sha256:733b55ff6083ee0b797ee362e81236790cc3f8dd8b905e0ddb05928b1a3b6229
+// identity: sha256:5dc270e76df4a6b4875b30157e2b8e911f0b50f759f0a8d28b29642a94d33027
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

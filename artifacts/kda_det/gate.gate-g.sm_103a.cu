@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_103a
-// identity: sha256:59ce16479592b40f355c5515347dbc0fa134a9c0aa7f03aa59b73f7e1352c2e5
+// identity: sha256:8f9f440628998c7b4c44c86228c9a707831f1645c59f52afdf670a73aef4e167
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_107a
-// identity: sha256:b19f5200525c14b2d7f30c27aef6709717142694119e766648e9c6b9c1dc3bb7
+// identity: sha256:fedcd973242d42764a002957f662b97b81722c690adcc262bce8a58834bbd182
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

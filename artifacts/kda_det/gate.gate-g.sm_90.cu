@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_90
-// identity: sha256:6ccd407835714a27087a65205cb84021d9eb16a2a6346baa8ec16c1f2338d197
+// identity: sha256:2cd3400af7b7f0d7e97aee6cc4acac457bfb820a28771f669a270267b6d6b4c3
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

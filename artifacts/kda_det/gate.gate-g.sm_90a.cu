@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-g  program: kda_det.gate.gate-g.sm_90a
-// identity: sha256:7ceba52bcdeab11d60b731f99722e2f0727699ca77a7a106bf9701d53406e7df
+// identity: sha256:eb1b49db73fc7472bd4c6f7af033f82187ffa9bb2d4056a09c898b7f5856c994
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

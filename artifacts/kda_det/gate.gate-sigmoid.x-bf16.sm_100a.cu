@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_100a
-// identity: sha256:a6d83f90fb06b368ad2cabd6c2796e726b6d563d5dfcaf595dc12e36aeaa46f0
+// identity: sha256:1234cbf0686b8f2d06615a7d9bfb6774731f387db515cf8cbe55e826c98bfd2d
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

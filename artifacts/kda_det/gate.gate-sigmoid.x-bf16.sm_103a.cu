@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_103a
-// identity: sha256:0764383a960c0f3bc528ca1108e52ac207520e6db24cb1779392f66723ecf741
+// identity: sha256:772c9ad7bff09a01a3da68d37d939740ffa3822fa76f36f960e050c62c505af0
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

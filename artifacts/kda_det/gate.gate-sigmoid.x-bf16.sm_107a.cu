@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_107a
-// identity: sha256:bf879faa33d07734232d22145f07090490a3fb662fc8e08d5b10705e26828abb
+// identity: sha256:b2eccf6d2ec84bd13bc112d2a48c0848f18eb97ee93c99cdf4d0d4b2a0ace6a9
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

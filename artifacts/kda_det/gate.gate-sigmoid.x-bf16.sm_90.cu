@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_90
-// identity: sha256:d41ef28e80318a68facb200c43e4cb38a42e781962046fa27461928eafe885bf
+// identity: sha256:d799f3ddf87f92ebab508893ce50e430c92b9a32b6dd0fb976d6e790ad34dff9
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

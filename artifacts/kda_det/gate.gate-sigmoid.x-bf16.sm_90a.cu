@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-bf16  program: kda_det.gate.gate-sigmoid.x-bf16.sm_90a
-// identity: sha256:2c46042701645053a306296d17a13163b3c2c00e129ab47c5e64305d1049e0dd
+// identity: sha256:835ba8472db18387affa0bafe4a9d4ca8975dbc42560288ca364cc2a39b2fbf4
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

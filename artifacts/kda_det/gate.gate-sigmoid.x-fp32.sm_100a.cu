@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_100a
-// identity: sha256:a63ae1fc5002ca26335fce2e60629acf5920a10d8af7aabc8523084545e6047f
+// identity: sha256:503211a91d6b044c81aa60ffde165a96ec6cb0cdd715828d7ec3abeb232155ba
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

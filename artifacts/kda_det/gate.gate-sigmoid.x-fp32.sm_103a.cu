@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_103a
-// identity: sha256:44d1b3567eabd86dd314b94a62265cd8019aab01a662eb335ad63780b73638ca
+// identity: sha256:e4b783c223c3d65de79f855f452b6220dcb0503b1b5f5ff0cedfde2b534191b5
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

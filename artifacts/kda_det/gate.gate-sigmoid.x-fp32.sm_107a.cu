@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_107a
-// identity: sha256:c0efdb1b14e3fb05ad2cc437f94b8615ab6e1598c0223913539a3a7ae9639438
+// identity: sha256:370e7e385c821c01b815869f23cb3cc67e7ba6711a9a4376d1d80f54ffb2621e
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

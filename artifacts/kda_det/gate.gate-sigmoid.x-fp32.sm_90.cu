@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_90
-// identity: sha256:5399a4e6b32f93d390bd05bb6087899f0f44b014639d08555f1c61fa526bcaec
+// identity: sha256:55560fad9476a5cde849d0a5a0542f70d1321ba0facbdd624a293ec0207da362
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-sigmoid.x-fp32  program: kda_det.gate.gate-sigmoid.x-fp32.sm_90a
-// identity: sha256:fada5a84982f2affa424834565e03060bec74cfaf05124d9f4a0666b702a4ed5
+// identity: sha256:280816d48e6aafda680f99d519d77d4c2a00876dc7e187e200c682dfdbd33e19
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_100a
-// identity: sha256:c9bed22159415a5b0fa3af5a45493bd01614d870f838cb8ed85d90bee378d24e
+// identity: sha256:206b714c45022a14f297f86d98a7b668af4e7933205ca48672fd6da53cddfa0f
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

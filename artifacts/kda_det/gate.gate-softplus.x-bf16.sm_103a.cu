@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_103a
-// identity: sha256:4c8c23b001cbaeb803f4e757907c47d696924ded1c31bfcd1d36e32b2490530d
+// identity: sha256:288baf0026850a2e4c7a6813d9b63d1facbe82b20b5e663c40a023987141235a
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_107a
-// identity: sha256:ce0fff3228f29e27240c071baa032086f135f507e77dd615b0534fd1c0a411e4
+// identity: sha256:901fd27bf75c4f6eb84399c22dc7d4d048500031f6cecaab9989aaaddb45c571
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

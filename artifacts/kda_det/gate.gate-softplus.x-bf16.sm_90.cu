@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_90
-// identity: sha256:a512d0a0790c5636e6adb48c74ae71dda1e28122846b6e732692be1dd388d333
+// identity: sha256:781320547537bb8303ee39a2f31e91cffc554ee87d73dfeadf293a1c90c3b752
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-bf16  program: kda_det.gate.gate-softplus.x-bf16.sm_90a
-// identity: sha256:8e4410814dd19c2e145acb172b8a1c5182912931092095afebd8bfab4bb52350
+// identity: sha256:f5073785dd66f869cd206080f033bfcd05a952ba2d8d455ffea7aaa0e0307376
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_100a
-// identity: sha256:63eef93d43da782f15e5b1e76c0160be1ad2b1eee0ff9a1994ae8949587901dc
+// identity: sha256:7d1813a44e8b45991bf2c7b8a5ae481737d36dcbe7b2619e8e871d11aa2e805a
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

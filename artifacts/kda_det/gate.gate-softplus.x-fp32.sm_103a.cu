@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_103a
-// identity: sha256:d60d4f37edb2781c2f0de16dff21af21cbf74b1d6b1e130c5bf72f5a161a8aed
+// identity: sha256:a7a83e32ef146af6673bf3c55084ecb6aca0a1eb20fae24bf3429347cb83b0b9
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_107a
-// identity: sha256:a8a988ec7d888c001e71975f742262e1dbafeb3866495fd4a2ec30486c58da12
+// identity: sha256:9918badfebb5de1714f7b54420b9c4d1f1de86ea4a00308770c3f95a5ea6da81
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

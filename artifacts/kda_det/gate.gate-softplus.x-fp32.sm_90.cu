@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_90
-// identity: sha256:75fd34edf0708bb0e60904076d7ffcbd81b911cdf3d6b84e7c6b5f2c3c46aa64
+// identity: sha256:8278a7784a935aae9dc83100f89b8bdd14ff3f9aedb22f227d7aa7ecc4cda956
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

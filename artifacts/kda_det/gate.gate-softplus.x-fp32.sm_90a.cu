@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/gate.cu.j2
 // record: kda_det/gate.gate-softplus.x-fp32  program: kda_det.gate.gate-softplus.x-fp32.sm_90a
-// identity: sha256:97693e9f97943bf816e98095e11f241e016aa4278f73dde103032b9ae35dd680
+// identity: sha256:3c345c79e3e6a35b26d7d433affd1289f778d193f73b2b0d7bf88765413d5b0f
 // ---- begin cake/gate.cuh ----
 // ---- begin cake/fmath.cuh ----
 

@@ -95,16 +95,25 @@ def package_for(plan: seg.Plan) -> str:
 
 def select_programs(
     loader: Any, config: Config, H: int, device: torch.device, wanted: Callable[[bool], list[str]]
-) -> tuple[Layout, seg.Plan, Callable[[str, str], Any]]:
+) -> tuple[Layout, seg.Plan, Callable[..., Any]]:
     """A call's chunk layout and segment plan, and its programs selected and fetched first (so
     that an offline miss names all of them at once): `wanted(split)` lists the records. Returns
-    also kernel(record, symbol), the loaded kernel of one of them."""
+    also kernel(record, *symbols), the loaded kernel of one of them: the first of `symbols` that
+    its program has (a kernel some archs' programs have, then the one every program has)."""
     layout = layout_for(config.cu_seqlens, device)
     plan = segment_plan(config, H, device)
     pkg = package_for(plan)
     dev = device.index or 0
     loader.ensure([(pkg, r) for r in wanted(plan.any_split)], dev)
-    return layout, plan, lambda record, symbol: loader.module(pkg, record, dev)[symbol]
+
+    def kernel(record: str, *symbols: str) -> Any:
+        module = loader.module(pkg, record, dev)
+        for symbol in symbols[:-1]:
+            if symbol in module:
+                return module[symbol]
+        return module[symbols[-1]]
+
+    return layout, plan, kernel
 
 
 @dataclass(frozen=True)
@@ -172,7 +181,9 @@ def _static(  # noqa: PLR0913
         plan=plan,
         chunk=kernel(chunk_record(config, g_dtype), "kda_fwd_chunk"),
         state=kernel(STATE if want_o else STATE_LOCAL, "kda_fwd_state"),
-        local=kernel(STATE_LOCAL, "kda_fwd_state") if split else None,
+        # the local launch: sm_90a's program has it at two blocks an SM (-17 % of that launch on
+        # R2, long and long4; docs/notes.md, session 44), the others run it on kda_fwd_state
+        local=kernel(STATE_LOCAL, "kda_fwd_state_lean", "kda_fwd_state") if split else None,
         combine=kernel(COMBINE, "kda_seg_combine") if split else None,
         buffers=buffers,
     )

@@ -126,6 +126,9 @@ class EmuModule:
     def __getitem__(self, symbol: str) -> EmuFunction:
         return self.kernels[symbol]
 
+    def __contains__(self, symbol: object) -> bool:
+        return symbol in self.kernels
+
 
 @dataclass(frozen=True)
 class Program:

@@ -1221,6 +1221,8 @@ int launch(void (*kernel)(P...), const char* name, const long long* cfg, void** 
 #define gridDim (::emu::tl->grid_dim)
 
 inline void __syncthreads() { ::emu::syncthreads(); }
+// The device trap: the launch fails with an error (the block is abandoned), as the GPU's does.
+[[noreturn]] inline void __trap() { ::emu::fail("__trap() called"); }
 inline void __syncwarp(unsigned int mask = 0xffffffffu) {
     ::emu::collective(::emu::kSyncwarp, 0, mask, "__syncwarp", nullptr, nullptr, &::emu::op_none);
 }
