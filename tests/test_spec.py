@@ -181,3 +181,36 @@ def test_twin_is_hopper_and_never_chosen_by_capability() -> None:
 
 def test_program_name() -> None:
     assert program_name("kda_det", "gate.gate-g", Arch.sm_100a) == "kda_det.gate.gate-g.sm_100a"
+
+
+def test_a_kernel_that_names_its_archs_is_in_those_programs_only() -> None:
+    # packages.toml: fwd_state_local's kda_fwd_state_lean is sm_90a's (its warpgroup chain)
+    spec = MATRIX.stages[Stage.fwd_state_local]
+    symbols = {a: [k.symbol for k in spec.kernels_for(a)] for a in Arch}
+    assert symbols[Arch.sm_90a] == ["kda_fwd_state", "kda_fwd_state_lean"]
+    assert all(symbols[a] == ["kda_fwd_state"] for a in Arch if a is not Arch.sm_90a)
+    records = {
+        (e.arch, tuple(k.symbol for k in e.kernels))
+        for e in MANIFEST.entries
+        if e.record == "fwd_state_local"
+    }
+    assert records == {(a, tuple(symbols[a])) for a in {e for e, _ in records}}
+    assert {a for a, _ in records} == {
+        Arch.sm_90a,
+        Arch.sm_90,
+        Arch.sm_100a,
+        Arch.sm_103a,
+        Arch.sm_107a,
+    }
+
+
+def test_a_kernel_naming_an_unknown_arch_is_a_config_error(tmp_path) -> None:  # noqa: ANN001
+    import shutil
+
+    shutil.copytree(REPO / "generators", tmp_path / "generators")
+    toml = tmp_path / "generators" / "packages.toml"
+    toml.write_text(
+        toml.read_text().replace('archs = ["sm_90a"], threads', 'archs = ["sm_91"], threads')
+    )
+    with pytest.raises(ConfigError, match="does not match its schema"):
+        load_matrix(Tree(tmp_path))
