@@ -23,7 +23,7 @@ class KernelSpec(Kernel):
     archs: tuple[Arch, ...] | None = None
 
     def launch(self) -> Kernel:
-        return Kernel(symbol=self.symbol, threads=self.threads, smem=self.smem, args=self.args)
+        return Kernel(**self.model_dump(exclude={"archs"}))
 
 
 class StageSpec(BaseModel):

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:0132a6828c6067f290dab7abf9b425de5386e80bb42de42fa33ce3a72ac84b88
+// identity: sha256:b83c52d8b9d1ef37ebe61320d5b81a373b5dd078c454d5a83fd1ed641503b556
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:671fcf5d8b5abbd8037fa24c713a34ce331949877af4550e72f6d764ec9350dd
+// identity: sha256:24d95d695f440395963ff7a64bc5c3267eb16626ef4b046de60373e508bfcfee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:1a59dc6507fb280e9536a9cc42f411cdcafd4b5ebaa23e30c2bb520680ae7a25
+// identity: sha256:f86e5c4295605361a7069cb49203e3f78afa7b45706c21fd682daa1795bb71a3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

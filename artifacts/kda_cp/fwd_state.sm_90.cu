@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:7de3d10c85fd18067ab1041cfba53c90f7e0d8253bae921591956b76597cb86c
+// identity: sha256:35e779534a1cdbbb778da44e801487a62165b157279690a1615d1bd4ca1c6cd4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

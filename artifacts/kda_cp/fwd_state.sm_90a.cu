@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:fea920de9ecd8ed7d701c0a48f6da779e8de325b24b3d816d1972eaae5a3f0d6
+// identity: sha256:5b7490e54203d2e6501954fdab895095870cd2f4540c57a8706cd848efc05dd9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -422,7 +422,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // Vnew^T that warpgroup 0 stores for it (FULL / EMPTY pairs: mbarriers for S^T, named barriers
     // for Vnew^T).
     // kda_fwd_state_lean: the chain's warpgroup alone, issuing its own copies (as fwd_state's
-    // does), and only the chain's tiles in shared memory (115 456 bytes): two blocks an SM.
+    // does), and only the chain's tiles in shared memory (115 328 bytes): two blocks an SM.
     constexpr bool kLean = false;
     constexpr bool kSelfCopy = !kLocal || kLean;  // warpgroup 0 issues the chain's copies
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];

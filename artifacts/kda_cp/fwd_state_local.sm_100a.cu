@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:3d57ae3dc9a7d7d0c4ea45cc308c6aec87d35d2992a0e029c441f4646b4af139
+// identity: sha256:91d9c5fcc30cf455ff029d75e098432a1c417df8f1ee1be7de17cae9441ff951
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:4cf54928a574ee9b11a20d44e022e64ea59bc9a4da33033e94d7c95637019389
+// identity: sha256:77c2ed4da2a6b317e8129cea5587fc3cc312ceb399cab395383028448776b000
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

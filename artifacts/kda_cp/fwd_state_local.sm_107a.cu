@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:6678c495c6706bd58c8bf558ff368b7a6b5e707a4104e0e1df33d1eab861af8a
+// identity: sha256:24dcc2d18b4dd227bdd510073fae3fb7e24914a0d23515086cb280568ebbca71
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:b99181f66bfcaabef9971cfb66ae8c6bcd13ffa57ea29bb568319feb31a7a701
+// identity: sha256:716e8243ada8f5832036633d79ddd6dfe94c09873239d1fed6a93fb8e5284ea7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:de120dd5f9d8a70b0bba3a43864304a5bd404fa7534309c77ce2adcab0e913d0
+// identity: sha256:79c75d813994fd0d030a492012172e260fb1ff29cece8eee5e18994ff7c9220c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -432,7 +432,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // Vnew^T that warpgroup 0 stores for it (FULL / EMPTY pairs: mbarriers for S^T, named barriers
     // for Vnew^T).
     // kda_fwd_state_lean: the chain's warpgroup alone, issuing its own copies (as fwd_state's
-    // does), and only the chain's tiles in shared memory (115 456 bytes): two blocks an SM.
+    // does), and only the chain's tiles in shared memory (115 328 bytes): two blocks an SM.
     constexpr bool kLean = false;
     constexpr bool kSelfCopy = !kLocal || kLean;  // warpgroup 0 issues the chain's copies
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];
@@ -860,7 +860,7 @@ extern "C" __global__ void __launch_bounds__(128, 2) kda_fwd_state_lean(
     // Vnew^T that warpgroup 0 stores for it (FULL / EMPTY pairs: mbarriers for S^T, named barriers
     // for Vnew^T).
     // kda_fwd_state_lean: the chain's warpgroup alone, issuing its own copies (as fwd_state's
-    // does), and only the chain's tiles in shared memory (115 456 bytes): two blocks an SM.
+    // does), and only the chain's tiles in shared memory (115 328 bytes): two blocks an SM.
     constexpr bool kLean = true;
     constexpr bool kSelfCopy = !kLocal || kLean;  // warpgroup 0 issues the chain's copies
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];

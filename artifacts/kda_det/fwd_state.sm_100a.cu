@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:1e78ebce453ec54c95bb1b206ad8e377b3b59c7fb471c358d1c93cc5a23072b0
+// identity: sha256:68493e4ef53c1ec966c9ec5f6bca56253abe523ea47fb4e7188d6691b876db5d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:bd05f70aeb3a0cfdc76fbadda948f529ff7e3b3c7bc5b439c22611d0d8a026e9
+// identity: sha256:7c4ec2a6ad23ee6266348a318a42b62e080d617fe644acbf2ff70e286fc68663
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:c00ed69d8c90184f29fd69ebafbffbb194a2694e3f006b0f3d565c2fc0f0f833
+// identity: sha256:6cb03d9c0ab55eb718de2776c9c1a328756519841c0c0d5a3ca007c4107e3e3e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:9cdd9fe7ce4db771be8534fddf80ee175a08f4193019451c3b86cc571bee0ed6
+// identity: sha256:2d764744f03559094624ed57896901713012cd4e1b745f18d405a11b91b435ae
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:615226867d1489f9f2b343c1750cd5b97078852f70e0a066a82e7589fecc0c9c
+// identity: sha256:ff6fc345d6d0d184d12a74e9aaa631b5ddf3e33a134fbe618f95b7150c0e5fa6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -422,7 +422,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     // Vnew^T that warpgroup 0 stores for it (FULL / EMPTY pairs: mbarriers for S^T, named barriers
     // for Vnew^T).
     // kda_fwd_state_lean: the chain's warpgroup alone, issuing its own copies (as fwd_state's
-    // does), and only the chain's tiles in shared memory (115 456 bytes): two blocks an SM.
+    // does), and only the chain's tiles in shared memory (115 328 bytes): two blocks an SM.
     constexpr bool kLean = false;
     constexpr bool kSelfCopy = !kLocal || kLean;  // warpgroup 0 issues the chain's copies
     extern __shared__ __attribute__((aligned(1024))) unsigned char smem[];

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:c60cb6e8d6a9742435594f91e0754a93447e5fc2b2a0a62d63562c8049ed2cb3
+// identity: sha256:3bf1d377e5f5f065ae766b2a10004ed532281aff5358fa6d48043a4b3e302626
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

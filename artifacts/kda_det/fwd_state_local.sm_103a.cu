@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:f412ae1494f0f3496d9e2d6fa31539722938402de79d630047fa1238c935714e
+// identity: sha256:805e29b2ddfbe72f6f5dcc00fe65fd5029ee34b1328f384ff7086d0da837a318
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:720dfce5d9643130a4fb3b005a5bb16215c47e2994973577972648be02f505b0
+// identity: sha256:832831f0308802a51689e56b2678fd892c609f4bf30c648b359b18b2f6bcf433
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

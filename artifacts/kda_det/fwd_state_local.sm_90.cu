@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:658e1cac6ac7d888a4c343889a24f6b652b9a1c13f74891636d69b2c80ec9abc
+// identity: sha256:a3e071da36454520ec533cde4db4e3423c18aadd99529f2ebf93bc222b245cde
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
