@@ -27,6 +27,12 @@ VARS: tuple[Var, ...] = (
     Var("CAKE_JOBS", int, "0", "parallel compiles for `cake build` (0: one per CPU core)"),
     Var("CAKE_TREE", Path, "", "repository tree holding build.json (default: next to the package)"),
     Var("CAKE_QUIET", bool, "0", "1 hides the one-line progress shown while compiling"),
+    Var(
+        "CAKE_GRAPHS",
+        bool,
+        "1",
+        "0 launches a call's kernels one by one instead of as one CUDA graph (for launch hooks)",
+    ),
 )
 _BY_NAME = {v.name: v for v in VARS}
 

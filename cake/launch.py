@@ -8,6 +8,7 @@ import struct
 import threading
 from typing import Any
 
+from . import env
 from .errors import LaunchError
 from .machine import _call, init_driver
 from .manifest import Entry, Kernel
@@ -192,3 +193,180 @@ class Module:
 
     def __contains__(self, symbol: object) -> bool:
         return symbol in self.kernels
+
+
+# Several launches as one CUDA graph. On the H200's host a kernel launched from Python costs ~12 us
+# (argument fill, ctypes, cuLaunchKernel), a graph node's arguments set again ~3 us and the graph's
+# launch ~5 us: nine launches 107 us, the same nine as one graph 34 us (tools/host_micro.py,
+# docs/notes.md session 45). A small call's fwd+bwd is bound by that host time.
+
+GRAPHS: bool | None = None  # None: CAKE_GRAPHS decides; tools that hook Function.__call__ set False
+_MAX_GRAPHS = 256  # packed batches change the grids from call to call
+
+
+def graphs_enabled() -> bool:
+    return env.get_bool("CAKE_GRAPHS") if GRAPHS is None else GRAPHS
+
+
+class _NodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h)
+    _fields_ = [
+        ("func", ctypes.c_void_p),
+        *[(f, ctypes.c_uint) for f in ("gx", "gy", "gz", "bx", "by", "bz", "smem")],
+        ("params", ctypes.c_void_p),
+        ("extra", ctypes.c_void_p),
+        ("kern", ctypes.c_void_p),
+        ("ctx", ctypes.c_void_p),
+    ]
+
+
+@functools.cache
+def _graph_api() -> Any:
+    """libcuda's graph entry points through ctypes, or None where the driver lacks the _v2 node
+    calls (CUDA < 12): the launches then go one by one."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    if not hasattr(lib, "cuGraphExecKernelNodeSetParams_v2"):
+        return None
+    vp = ctypes.c_void_p
+    for name, argtypes in (
+        ("cuGraphCreate", [vp, ctypes.c_uint]),
+        ("cuGraphAddKernelNode_v2", [vp, vp, vp, ctypes.c_size_t, vp]),
+        ("cuGraphInstantiateWithFlags", [vp, vp, ctypes.c_ulonglong]),
+        ("cuGraphExecKernelNodeSetParams_v2", [vp, vp, vp]),
+        ("cuGraphLaunch", [vp, vp]),
+        ("cuStreamIsCapturing", [vp, vp]),
+    ):
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = argtypes
+    return lib
+
+
+class _Graph:
+    """One instantiated graph of a fixed sequence of (kernel, grid), each node after the one
+    before it; every node has its own argument block, set again before each launch (a node's
+    arguments are copied by the driver when set: launches already enqueued keep theirs)."""
+
+    def __init__(self, steps: tuple[tuple[Function, tuple[int, ...]], ...]) -> None:
+        api = _graph_api()
+        self.steps = steps
+        self.device = steps[0][0].device
+        # the graph belongs to the context current at its creation: the device's primary one
+        ensure_context(self.device, force=True)
+        self._lock = threading.Lock()
+        self._api = api
+        vp = ctypes.c_void_p
+        graph = vp()
+        self._check(api.cuGraphCreate(ctypes.byref(graph), 0), "cuGraphCreate")
+        self._graph = graph  # kept: the instantiated graph does not need it, but it is tiny
+        self._nodes: list[tuple[ArgBlock, _NodeParams, Any]] = []
+        for fn, (gx, gy, gz) in steps:
+            block = ArgBlock(fn.meta.args, f"{fn.entry.program}:{fn.meta.symbol}")
+            params = _NodeParams(fn._fn, gx, gy, gz, fn.meta.threads, 1, 1, fn.meta.smem)
+            params.params = ctypes.addressof(block.params)
+            node = vp()
+            after = (vp * 1)(self._nodes[-1][2]) if self._nodes else None
+            self._check(
+                api.cuGraphAddKernelNode_v2(
+                    ctypes.byref(node), graph, after, len(self._nodes[-1:]), ctypes.byref(params)
+                ),
+                "cuGraphAddKernelNode",
+            )
+            self._nodes.append((block, params, node))
+        exec_ = vp()
+        self._check(
+            api.cuGraphInstantiateWithFlags(ctypes.byref(exec_), graph, 0), "cuGraphInstantiate"
+        )
+        self._exec = exec_
+
+    def _check(self, err: int, what: str) -> None:
+        if err != 0:
+            names = ", ".join(f"{fn.entry.program}:{fn.meta.symbol}" for fn, _ in self.steps)
+            raise LaunchError(
+                f"{what} failed for the graph of {names}", found=str(init_driver().CUresult(err))
+            )
+
+    def launch(self, args: list[tuple[Any, ...]], stream: int) -> int:
+        """Set every node's arguments and launch; returns the first driver error (0 if none)."""
+        api = self._api
+        with self._lock:
+            for (block, params, node), a in zip(self._nodes, args, strict=True):
+                block.set(a)
+                err = api.cuGraphExecKernelNodeSetParams_v2(
+                    self._exec, node, ctypes.addressof(params)
+                )
+                if err != 0:
+                    return err
+            return api.cuGraphLaunch(self._exec, stream)
+
+
+_GRAPH_CACHE: dict[tuple[Any, ...], _Graph] = {}
+_GRAPH_CACHE_LOCK = threading.Lock()
+
+
+class Batch:
+    """Launches gathered on the host and issued together, in order, on one stream: `batch(fn,
+    grid, *args)` records one (no GPU work yet), `issue()` sends them all. Real kernels go as one
+    CUDA graph per sequence of (kernel, grid), instantiated once and cached; other callables (the
+    CPU emulator's kernels), a stream being captured into a graph, CAKE_GRAPHS=0 or a driver
+    without graph nodes' _v2 calls launch one by one, in the same order. Nothing may be issued on
+    the stream between the recording and `issue()` that the recorded kernels must follow or
+    precede: the caller allocates first and issues before its next stream work."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[Any, tuple[int, ...], tuple[Any, ...]]] = []
+
+    def __call__(self, fn: Any, grid: tuple[int, ...], *args: Any) -> None:
+        self.steps.append((fn, grid, args))
+
+    def issue(self, stream: int | None = None) -> None:
+        steps = [(fn, (*grid, 1, 1)[:3], args) for fn, grid, args in self.steps]
+        steps = [s for s in steps if min(s[1]) > 0]  # an empty grid launches nothing
+        self.steps = []
+        if not steps:
+            return
+        if (
+            len(steps) < 2
+            or not graphs_enabled()
+            or any(type(fn) is not Function for fn, _, _ in steps)
+            or _graph_api() is None
+        ):
+            _one_by_one(steps, stream)
+            return
+        device: int = steps[0][0].device
+        if stream is None:
+            stream = _current_stream(device)
+        if _capturing(stream):  # a graph launch inside the caller's capture: launch one by one
+            _one_by_one(steps, stream)
+            return
+        key = tuple((fn, grid) for fn, grid, _ in steps)
+        graph = _GRAPH_CACHE.get(key)
+        if graph is None:
+            with _GRAPH_CACHE_LOCK:
+                if len(_GRAPH_CACHE) >= _MAX_GRAPHS:
+                    _GRAPH_CACHE.clear()
+                graph = _GRAPH_CACHE[key] = _Graph(key)
+        args = [a for _, _, a in steps]
+        err = graph.launch(args, stream)
+        if err in _WRONG_CONTEXT:  # as in Function.__call__: a thread with no current context
+            ensure_context(device, force=True)
+            err = graph.launch(args, stream)
+        if err != 0:
+            graph._check(err, "graph launch")
+
+
+def _one_by_one(
+    steps: list[tuple[Any, tuple[int, ...], tuple[Any, ...]]], stream: int | None
+) -> None:
+    for fn, grid, args in steps:
+        if stream is None:
+            fn(grid, *args)  # the emulator's kernels and the CPU tests' stand-ins take no stream
+        else:
+            fn(grid, *args, stream=stream)
+
+
+def _capturing(stream: int) -> bool:
+    status = ctypes.c_int()
+    err = _graph_api().cuStreamIsCapturing(stream, ctypes.byref(status))
+    return err != 0 or status.value != 0  # CU_STREAM_CAPTURE_STATUS_NONE = 0

@@ -16,6 +16,7 @@ import cake.kda.backward as bwd
 import cake.kda.forward as fwd
 from cake.kda import segments as seg
 from cake.kda.layout import layout_for
+from cake.launch import Batch
 
 F64 = torch.float64
 CPU = torch.device("cpu")
@@ -227,7 +228,7 @@ def test_segmented_passes_equal_the_serial_passes(with_states):
     ht2 = torch.full_like(ht1, float("nan"))
     st2 = torch.full_like(st1, float("nan"))
     carries = fwd._segmented_state_pass(
-        fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, h0, o2, ht2, st2, H, None
+        Batch(), fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, h0, o2, ht2, st2, H, None
     )
     torch.testing.assert_close(o2, o1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(ht2, ht1, rtol=1e-10, atol=1e-10)
@@ -240,15 +241,18 @@ def test_segmented_passes_equal_the_serial_passes(with_states):
     # the backward's replay from the forward's carries: the states pass only, the same states
     st3 = torch.full_like(st1, float("nan"))
     fwd._segmented_state_pass(
-        fake_fwd_state, unused, unused, plan, ops, h0, None, None, st3, H, carries
+        Batch(), fake_fwd_state, unused, unused, plan, ops, h0, None, None, st3, H, carries
     )
     assert torch.equal(st3, st2)
 
     dS2, dVn2 = torch.full_like(dS1, float("nan")), torch.full_like(dVn1, float("nan"))
-    dh02 = torch.full_like(dh01, float("nan"))
-    bwd._segmented_reverse_pass(
-        fake_bwd_state, fake_combine, plan, bops, M, dht, dS2, dVn2, dh02, H
+    run = Batch()
+    dh0_rows = bwd._segmented_reverse_pass(
+        run, fake_bwd_state, fake_combine, plan, bops, M, dht, dS2, dVn2, True, H
     )
+    run.issue()  # as backward() issues it, then takes each sequence's first row
+    assert dh0_rows is not None
+    dh02 = dh0_rows[plan.first_rows]
     torch.testing.assert_close(dS2, dS1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(dVn2, dVn1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(dh02, dh01, rtol=1e-10, atol=1e-10)
@@ -262,7 +266,18 @@ def test_transitions_of_the_local_pass_are_the_chunk_products():
     plan = seg.plan_for((4,), cu, CPU)
     o = torch.zeros(1, cu[-1], H, V, dtype=F64)
     M = fwd._segmented_state_pass(
-        fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, None, o, None, None, H, None
+        Batch(),
+        fake_fwd_state,
+        fake_fwd_state,
+        fake_combine,
+        plan,
+        ops,
+        None,
+        o,
+        None,
+        None,
+        H,
+        None,
     ).M
     for p, (c0, n) in enumerate(plan.local_rows.tolist()):
         A = torch.eye(K, dtype=F64).expand(H, K, K)

@@ -65,3 +65,42 @@ def test_ints_that_do_not_fit_or_are_not_ints_are_refused(index, arg, why):
 def test_the_argument_count_is_checked():
     with pytest.raises(LaunchError, match="called with 4 arguments"):
         ArgBlock(KINDS, "k").set([None, None, 0, 0])
+
+
+def test_a_batch_of_stand_ins_runs_in_order_skipping_empty_grids():
+    """Batch: callables other than cake's kernels (the CPU emulator's, the tests' stand-ins) run
+    one by one at issue(), in the order recorded, with nothing run before issue() and nothing left
+    after; a grid with a zero dimension launches nothing, as Function.__call__ does."""
+    from cake.launch import Batch
+
+    ran: list[tuple[str, tuple[int, ...], tuple[object, ...], dict[str, object]]] = []
+
+    def kernel(name: str):  # noqa: ANN202
+        return lambda grid, *args, **kw: ran.append((name, grid, args, kw))
+
+    batch = Batch()
+    batch(kernel("a"), (4, 2), 1, None)
+    batch(kernel("b"), (0, 2), 2)
+    batch(kernel("c"), (3,), 3)
+    assert ran == []
+    batch.issue()
+    assert ran == [("a", (4, 2, 1), (1, None), {}), ("c", (3, 1, 1), (3,), {})]
+    assert batch.steps == []
+    batch.issue()  # nothing recorded: nothing runs
+    assert len(ran) == 2
+    batch(kernel("d"), (1, 1, 1))
+    batch.issue(stream=7)  # a stream given is passed on
+    assert ran[-1] == ("d", (1, 1, 1), (), {"stream": 7})
+
+
+def test_the_graph_node_struct_has_cudas_layout():
+    """_NodeParams is CUDA_KERNEL_NODE_PARAMS_v2 of cuda.h (a wrong offset would hand the driver
+    a garbled launch)."""
+    from cake.launch import _NodeParams
+
+    offsets = {name: getattr(_NodeParams, name).offset for name, _ in _NodeParams._fields_}
+    assert offsets == {
+        "func": 0, "gx": 8, "gy": 12, "gz": 16, "bx": 20, "by": 24, "bz": 28, "smem": 32,
+        "params": 40, "extra": 48, "kern": 56, "ctx": 64,
+    }  # fmt: skip
+    assert ctypes.sizeof(_NodeParams) == 72

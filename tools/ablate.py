@@ -998,12 +998,14 @@ def capture(step: Any) -> tuple[list[tuple[Any, tuple[int, ...], tuple[Any, ...]
         carved.append(flat)
 
     launch.Function.__call__ = recording  # type: ignore[method-assign]
+    launch.GRAPHS = False  # every kernel through Function.__call__, so that each is recorded
     Carved.__init__ = keeping  # type: ignore[method-assign]
     try:
         step()
         torch.cuda.synchronize()
     finally:
         launch.Function.__call__ = original  # type: ignore[method-assign]
+        launch.GRAPHS = None
         Carved.__init__ = carve  # type: ignore[method-assign]
     return calls, carved
 

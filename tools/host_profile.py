@@ -54,7 +54,8 @@ def sections(step: Callable[[], object], steps: int) -> None:
         (api, "chunk_kda", "chunk_kda (forward call)"),
         (forward, "forward", "forward.forward"),
         (backward, "backward", "backward.backward"),
-        (launch.Function, "__call__", "launch (each kernel)"),
+        (launch.Function, "__call__", "launch (each kernel on its own)"),
+        (launch.Batch, "issue", "issue (each batch of launches)"),
         (torch.autograd, "grad", "autograd.grad (backward call)"),
     ]
     saved = [(obj, attr, getattr(obj, attr)) for obj, attr, _ in patches]

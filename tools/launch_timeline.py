@@ -52,6 +52,7 @@ def main() -> None:
         return out
 
     launch.Function.__call__ = recorded
+    launch.GRAPHS = False  # each kernel its own launch, so that every one is stamped
     starts = []
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -65,6 +66,7 @@ def main() -> None:
         torch.cuda.synchronize()
     finally:
         launch.Function.__call__ = call
+        launch.GRAPHS = None
     what = "fwd+bwd step" if args.step else "forward"
     print(f"{args.row} {v.key}, back-to-back {what}s, host us from each call's start:")
     bounds = [*starts[1:], (end, len(stamps))]

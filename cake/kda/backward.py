@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ..launch import Batch
 from ..loader import default_loader
 from ..spec import DType, GateForm, L2Norm, Stage, Variant
 from . import segments as seg
@@ -40,7 +41,7 @@ from .forward import records as fwd_records
 from .layout import CHUNK, Layout
 from .stages import raw_gate_params
 from .validate import aligned
-from .workspace import Carved
+from .workspace import Carved, Workspace
 
 
 def bwd_chunk_record(config: Config, x_dtype: torch.dtype) -> str:
@@ -96,6 +97,7 @@ class _Static:
     combine: Any  # split calls only
     chunk: Any
     reduce: Any  # raw gates only
+    scratch: Workspace  # the fp32 buffers only the backward's own launches read
 
 
 @lru_cache(maxsize=64)  # as kda.forward's
@@ -110,6 +112,13 @@ def _static(
         lambda split: records(config, g_dtype, replay=replay, split=split),
     )
     raw = config.gate is not GateForm.g
+    NC = layout.n_chunks
+    scratch = Workspace([
+        ("dS_end", (NC, H, K, V)),  # the state gradient at each chunk's end
+        ("dVn", (NC, H, CHUNK, V)),
+        ("dA_part", (NC, H) if raw else None),  # per chunk: bwd_reduce sums them in order
+        ("dbias_part", (NC, H, K) if raw else None),
+    ])  # fmt: skip
     return _Static(
         layout=layout,
         plan=plan,
@@ -119,6 +128,7 @@ def _static(
         combine=kernel(COMBINE, "kda_seg_combine") if plan.any_split else None,
         chunk=kernel(bwd_chunk_record(config, g_dtype), "kda_bwd_chunk"),
         reduce=kernel(BWD_REDUCE, "kda_bwd_gate_reduce") if raw else None,
+        scratch=scratch,
     )
 
 
@@ -152,22 +162,25 @@ def backward(  # noqa: ANN201
     if do.dtype != q.dtype:
         do = do.to(q.dtype)
 
-    # K1: reverse state pass.
-    # (its own allocations: in one workspace, a remainder just under a 2 MiB multiple made the
-    # caching allocator charge m2's peak 1 MiB more than FLA's; docs/notes.md, session 11)
-    dS_end = torch.empty((NC, H, K, V), **f32)
-    dVn = torch.empty((NC, H, CHUNK, V), **f32)
+    # K1: reverse state pass. Its buffers and bwd_chunk's partial sums in one allocation (one
+    # torch.empty, ~4-8 us of host time on the H200, instead of four; docs/notes.md session 45).
+    sc = st.scratch.carve(torch.float32, device)
+    dS_end, dVn = sc.ptr("dS_end"), sc.ptr("dVn")
     dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
     dht_ = aligned(dht.float().contiguous()) if dht is not None else None
     p = saved.ptr  # the buffers' addresses (the tensor for M)
     ops = (p("Qg"), p("W"), p("Kd"), p("Aqk"), p("gl"), do, layout.chunks)
+    run = Batch()  # the launches go as one CUDA graph (cake/launch.py)
+    dh0_rows = None
     if not plan.any_split:
-        st.state(
-            (V // BV, H, N), *ops, layout.seq_chunks, dht_, dS_end, dVn, dh0, H,
+        run(
+            st.state, (V // BV, H, N), *ops, layout.seq_chunks, dht_, dS_end, dVn, dh0, H,
             int(dht_ is not None), int(dh0 is not None),
         )  # fmt: skip
     else:
-        _segmented_reverse_pass(st.state, st.combine, plan, ops, p("M"), dht_, dS_end, dVn, dh0, H)
+        dh0_rows = _segmented_reverse_pass(
+            run, st.state, st.combine, plan, ops, p("M"), dht_, dS_end, dVn, dh0 is not None, H
+        )
 
     # K2: chunk-parallel gradients.
     raw = config.gate is not GateForm.g
@@ -177,19 +190,22 @@ def backward(  # noqa: ANN201
     dg = torch.empty(g.shape, dtype=g.dtype if raw else torch.float32, device=device)
     dbeta = torch.empty_like(beta)  # in beta's dtype, written by the program
     A, bias = raw_gate_params(A_log, dt_bias, H, device) if raw else (None, None)
-    dA_part = torch.empty((NC, H), **f32) if raw else None
-    dbias_part = torch.empty((NC, H, K), **f32) if raw else None
-    st.chunk(
-        (NC, H), q, k, v, do, beta, p("G"), g, A, bias,
+    dA_part, dbias_part = sc.ptr("dA_part"), sc.ptr("dbias_part")
+    run(
+        st.chunk, (NC, H), q, k, v, do, beta, p("G"), g, A, bias,
         layout.chunks, p("states"), p("TA"), p("R"), dS_end, dVn,
         dq, dk, dv, dg, dbeta, dA_part, dbias_part, H, beta_flags(config, beta),
         config.scale, config.lower_bound,
     )  # fmt: skip
-    out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta)
     if raw:
         dA_log = torch.empty(H, **f32)
         ddt_bias = torch.empty(H * K, **f32)
-        st.reduce((H,), dA_part, dbias_part, dA_log, ddt_bias, NC, H)
+        run(st.reduce, (H,), dA_part, dbias_part, dA_log, ddt_bias, NC, H)
+    run.issue()
+    if dh0 is not None and dh0_rows is not None:
+        torch.index_select(dh0_rows, 0, plan.first_rows, out=dh0)
+    out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta)
+    if raw:
         if A_log is not None:
             out["dA_log"] = dA_log
         if dt_bias is not None:
@@ -200,22 +216,34 @@ def backward(  # noqa: ANN201
 
 
 def _segmented_reverse_pass(
-    bstate, combine, plan: seg.Plan, ops, M_loc, dht, dS_end, dVn, dh0, H: int
-) -> None:  # noqa: ANN001
+    run: Batch,
+    bstate,
+    combine,
+    plan: seg.Plan,
+    ops,
+    M_loc,
+    dht,
+    dS_end,
+    dVn,
+    want_dh0: bool,
+    H: int,
+) -> torch.Tensor | None:  # noqa: ANN001
     """Local reverse passes over the split sequences' segments from a zero end gradient (their start
-    gradients dB; dS_end and dVn not stored), the combine with the
-    forward's transitions (transposed, last segment first), then the serial program over every row
-    from its true end gradient."""
-    f32 = dict(dtype=dS_end.dtype, device=dS_end.device)
+    gradients dB; dS_end and dVn not stored), the combine with the forward's transitions
+    (transposed, last segment first), then the serial program over every row from its true end
+    gradient, recorded into `run`. Returns every row's start gradient when `want_dh0` (the
+    caller takes each sequence's first row once `run` is issued), else None."""
+    f32 = dict(dtype=M_loc.dtype, device=M_loc.device)  # float64 in the CPU tests' stand-ins
     dB_loc = torch.empty((plan.n_local, H, K, V), **f32)
-    bstate((V // BV, H, plan.n_local), *ops, plan.local_rows, None, None, None, dB_loc, H, 0, 1)
+    run(
+        bstate, (V // BV, H, plan.n_local), *ops, plan.local_rows, None, None, None, dB_loc, H, 0, 1
+    )
     Y = torch.empty((plan.n_rows, H, K, V), **f32)
     N = int(plan.table.shape[0])
-    combine((V // COMBINE_COLUMNS, H, N), M_loc, dB_loc, plan.table, dht, Y, H, 1)
-    dh0_rows = torch.empty((plan.n_rows, H, K, V), **f32) if dh0 is not None else None
-    bstate(
-        (V // BV, H, plan.n_rows), *ops, plan.rows, Y, dS_end, dVn, dh0_rows, H, 1,
+    run(combine, (V // COMBINE_COLUMNS, H, N), M_loc, dB_loc, plan.table, dht, Y, H, 1)
+    dh0_rows = torch.empty((plan.n_rows, H, K, V), **f32) if want_dh0 else None
+    run(
+        bstate, (V // BV, H, plan.n_rows), *ops, plan.rows, Y, dS_end, dVn, dh0_rows, H, 1,
         int(dh0_rows is not None),
     )  # fmt: skip
-    if dh0 is not None and dh0_rows is not None:
-        torch.index_select(dh0_rows, 0, plan.first_rows, out=dh0)
+    return dh0_rows

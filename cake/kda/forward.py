@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from ..launch import Batch
 from ..loader import default_loader
 from ..spec import DType, GateForm, L2Norm, Stage, Variant
 from . import segments as seg
@@ -229,29 +230,31 @@ def forward(  # noqa: ANN201, PLR0913
     Aqk, W, Qg, Kd, gl = p("Aqk"), p("W"), p("Qg"), p("Kd"), p("gl")
     # U is read by the state pass only: its own allocation, freed when the forward returns
     U = torch.empty((NC, H, CHUNK, V), dtype=torch.float32, device=device)
-    st.chunk(
-        (NC, H), q, k, v, beta, x, A_log, dt_bias, layout.chunks, Aqk, W, U, Qg, Kd, gl,
-        p("G"), p("TA"), p("R"),  # written only when the backward will read them
-        H, beta_flags(config, beta), config.scale, float(config.lower_bound),
-    )  # fmt: skip
     o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device) if want_o else None
     ht = (
         torch.empty((N, H, K, V), dtype=torch.float32, device=device)
         if config.store_final_state and want_o
         else None
     )
+    run = Batch()  # the launches go as one CUDA graph (cake/launch.py)
+    run(
+        st.chunk, (NC, H), q, k, v, beta, x, A_log, dt_bias, layout.chunks, Aqk, W, U, Qg, Kd, gl,
+        p("G"), p("TA"), p("R"),  # written only when the backward will read them
+        H, beta_flags(config, beta), config.scale, float(config.lower_bound),
+    )  # fmt: skip
     states = p("states")
     ops = (W, U, Qg, Kd, Aqk, gl, layout.chunks)
     carried = None
     assert carries is None or plan.any_split, "carries for a serial call"
     if not plan.any_split:
-        st.state(
-            (V // BV, H, N), *ops, layout.seq_chunks, plan.seq_precise, h0, o, ht, states, H,
-            int(h0 is not None), int(ht is not None),
+        run(
+            st.state, (V // BV, H, N), *ops, layout.seq_chunks, plan.seq_precise, h0, o, ht,
+            states, H, int(h0 is not None), int(ht is not None),
         )  # fmt: skip
+        run.issue()
     else:
         carried = _segmented_state_pass(
-            st.state, st.local, st.combine, plan, ops, h0, o, ht, states, H, carries
+            run, st.state, st.local, st.combine, plan, ops, h0, o, ht, states, H, carries
         )
     if not keep:
         return o, ht, None, carried
@@ -260,39 +263,52 @@ def forward(  # noqa: ANN201, PLR0913
 
 
 def _segmented_state_pass(  # noqa: PLR0913
-    fwd_state, local_state, combine, plan: seg.Plan, ops, h0, o, ht, states, H: int, carries
+    run: Batch,
+    fwd_state,
+    local_state,
+    combine,
+    plan: seg.Plan,
+    ops,
+    h0,
+    o,
+    ht,
+    states,
+    H: int,
+    carries,
 ):  # noqa: ANN001, ANN202
     """Local passes over the split sequences' segments with the local program, both in one
     launch (no o; end states B from zero, transitions M from the identity with U = 0), the
     combine of the segment boundaries, then the serial program over every row from its true
-    start. Given `carries` (the replay), only the last. Returns the Carries: X and M of every
-    local row (the backward combines with it)."""
+    start. Given `carries` (the replay), only the last. The launches join `run`'s, which this
+    issues. Returns the Carries: X and M of every local row (the backward combines with it)."""
     U = ops[1]
     f32 = dict(dtype=U.dtype, device=U.device)  # float32 (float64 in the CPU tests' stand-ins)
     if carries is None:
-        carries = _carries(local_state, combine, plan, ops, h0, H, f32)
+        carries = _carries(run, local_state, combine, plan, ops, h0, H, f32)
     else:
         assert carries.X.shape == (plan.n_rows, H, K, V), "carries of another call"
     X = carries.X
     ht_rows = torch.empty((plan.n_rows, H, K, V), **f32) if ht is not None else None
-    fwd_state(
-        (V // BV, H, plan.n_rows), *ops, plan.rows, plan.row_precise, X, o, ht_rows, states, H,
-        1, int(ht_rows is not None),
+    run(
+        fwd_state, (V // BV, H, plan.n_rows), *ops, plan.rows, plan.row_precise, X, o, ht_rows,
+        states, H, 1, int(ht_rows is not None),
     )  # fmt: skip
+    run.issue()
     if ht is not None and ht_rows is not None:
         torch.index_select(ht_rows, 0, plan.last_rows, out=ht)
     return carries
 
 
-def _carries(local_state, combine, plan: seg.Plan, ops, h0, H: int, f32) -> Carries:  # noqa: ANN001
-    """The local passes (end states B, transitions M) and the combine of the segment boundaries."""
+def _carries(run: Batch, local_state, combine, plan: seg.Plan, ops, h0, H: int, f32) -> Carries:  # noqa: ANN001
+    """The local passes (end states B, transitions M) and the combine of the segment boundaries,
+    recorded into `run`."""
     B_loc = torch.empty((plan.n_local, H, K, V), **f32)
     M_loc = torch.empty((plan.n_local, H, K, K), **f32)  # its own tensor: the backward keeps it
-    local_state(
-        (V // BV, H, 2 * plan.n_local), *ops, plan.local_rows, plan.local_precise, None, None,
-        B_loc, M_loc, H, 3, 1,
+    run(
+        local_state, (V // BV, H, 2 * plan.n_local), *ops, plan.local_rows, plan.local_precise,
+        None, None, B_loc, M_loc, H, 3, 1,
     )  # fmt: skip
     X = torch.empty((plan.n_rows, H, K, V), **f32)
     N = int(plan.table.shape[0])
-    combine((V // COMBINE_COLUMNS, H, N), M_loc, B_loc, plan.table, h0, X, H, 0)
+    run(combine, (V // COMBINE_COLUMNS, H, N), M_loc, B_loc, plan.table, h0, X, H, 0)
     return Carries(X, M_loc)

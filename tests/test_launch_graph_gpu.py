@@ -1,0 +1,105 @@
+"""GPU: cake.launch.Batch, a call's launches issued as one CUDA graph. The graph must compute what
+the same kernels launched one by one compute, take each issue's own arguments, run from a thread
+with no current context, and step aside (one launch at a time) inside the caller's graph capture."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import cake.launch as launch
+from cake.kda.layout import layout_for
+from cake.kda.stages import PACKAGE, gate_cumsum, gate_record
+from cake.loader import default_loader
+from cake.spec import GateForm
+
+pytestmark = [pytest.mark.gpu]
+
+CU = (0, 1000, 1065)
+H = 2
+
+
+def _gate_kernel() -> launch.Function:
+    return default_loader().module(PACKAGE, gate_record(GateForm.g, torch.float32), 0)["kda_gate"]
+
+
+def _inputs(seed: int, n: int = 3) -> list[torch.Tensor]:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return [torch.randn(CU[-1], H, 128, device="cuda", generator=gen) for _ in range(n)]
+
+
+def _record(batch: launch.Batch, xs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+    fn = _gate_kernel()
+    layout = layout_for(CU, torch.device("cuda", 0))
+    for x, out in zip(xs, outs, strict=True):
+        batch(fn, (layout.n_chunks, H), x, None, None, out, layout.chunks, H, 0.0)
+
+
+def _expected(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    layout = layout_for(CU, torch.device("cuda", 0))
+    return [gate_cumsum(x, layout, GateForm.g) for x in xs]  # one launch each
+
+
+def test_a_batch_runs_as_one_graph_and_takes_each_issues_arguments():
+    for seed in (1, 2):  # the second issue reuses the graph with other tensors
+        xs = _inputs(seed)
+        outs = [torch.full_like(x, float("nan")) for x in xs]
+        batch = launch.Batch()
+        _record(batch, xs, outs)
+        key = tuple((fn, (*grid, 1, 1)[:3]) for fn, grid, _ in batch.steps)
+        batch.issue()
+        assert batch.steps == []
+        assert key in launch._GRAPH_CACHE  # issued as a graph, not one by one
+        torch.cuda.synchronize()
+        for out, want in zip(outs, _expected(xs), strict=True):
+            assert torch.equal(out, want)
+
+
+def test_a_batch_issued_from_a_thread_with_no_current_context():
+    from cake.machine import init_driver
+
+    xs = _inputs(3)
+    outs = [torch.full_like(x, float("nan")) for x in xs]
+    want = _expected(xs)
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            driver = init_driver()
+            driver.cuCtxSetCurrent(driver.CUcontext(0))
+            batch = launch.Batch()
+            _record(batch, xs, outs)
+            batch.issue(stream=torch.cuda.current_stream().cuda_stream)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the main thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert not failures, failures
+    torch.cuda.synchronize()
+    for out, w in zip(outs, want, strict=True):
+        assert torch.equal(out, w)
+
+
+def test_a_batch_inside_a_torch_graph_capture_launches_one_by_one():
+    xs = _inputs(4)
+    outs = [torch.full_like(x, float("nan")) for x in xs]
+    _gate_kernel()  # loaded before the capture
+    layout_for(CU, torch.device("cuda", 0))
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        batch = launch.Batch()
+        _record(batch, xs, outs)
+        batch.issue()
+    new = _inputs(5)
+    for x, n in zip(xs, new, strict=True):
+        x.copy_(n)
+    graph.replay()
+    torch.cuda.synchronize()
+    for out, want in zip(outs, _expected(new), strict=True):
+        assert torch.equal(out, want)
