@@ -180,6 +180,26 @@ def fake_combine(grid, M, B, table, x0, X, H, reverse):  # noqa: ANN001
             X[f + p - 1 if reverse else f + p + 1] = x
 
 
+class Scratch(dict):
+    """A Carved's interface over float64 tensors (the stand-ins take tensors, not addresses)."""
+
+    def __init__(self, plan: seg.Plan, H: int) -> None:
+        super().__init__(
+            B_loc=torch.full((plan.n_local, H, K, V), float("nan"), dtype=F64),
+            dB_loc=torch.full((plan.n_local, H, K, V), float("nan"), dtype=F64),
+            **{
+                n: torch.full((plan.n_rows, H, K, V), float("nan"), dtype=F64)
+                for n in ("ht_rows", "Y", "dh0_rows")
+            },
+        )
+
+    def ptr(self, name: str) -> torch.Tensor:
+        return self[name]
+
+
+F64_CPU = dict(dtype=F64, device=CPU)
+
+
 def chunk_operands(cu, H, seed):
     layout = layout_for(cu, CPU)
     NC = layout.n_chunks
@@ -228,8 +248,9 @@ def test_segmented_passes_equal_the_serial_passes(with_states):
     ht2 = torch.full_like(ht1, float("nan"))
     st2 = torch.full_like(st1, float("nan"))
     carries = fwd._segmented_state_pass(
-        Batch(), fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, h0, o2, ht2, st2, H, None
-    )
+        Batch(), fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, h0, o2, ht2, st2, H,
+        None, Scratch(plan, H), F64_CPU,
+    )  # fmt: skip
     torch.testing.assert_close(o2, o1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(ht2, ht1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(st2, st1, rtol=1e-10, atol=1e-10)
@@ -241,18 +262,19 @@ def test_segmented_passes_equal_the_serial_passes(with_states):
     # the backward's replay from the forward's carries: the states pass only, the same states
     st3 = torch.full_like(st1, float("nan"))
     fwd._segmented_state_pass(
-        Batch(), fake_fwd_state, unused, unused, plan, ops, h0, None, None, st3, H, carries
-    )
+        Batch(), fake_fwd_state, unused, unused, plan, ops, h0, None, None, st3, H, carries,
+        Scratch(plan, H), F64_CPU,
+    )  # fmt: skip
     assert torch.equal(st3, st2)
 
     dS2, dVn2 = torch.full_like(dS1, float("nan")), torch.full_like(dVn1, float("nan"))
     run = Batch()
-    dh0_rows = bwd._segmented_reverse_pass(
-        run, fake_bwd_state, fake_combine, plan, bops, M, dht, dS2, dVn2, True, H
+    scratch = Scratch(plan, H)
+    bwd._segmented_reverse_pass(
+        run, fake_bwd_state, fake_combine, plan, bops, M, dht, dS2, dVn2, scratch, True, H
     )
     run.issue()  # as backward() issues it, then takes each sequence's first row
-    assert dh0_rows is not None
-    dh02 = dh0_rows[plan.first_rows]
+    dh02 = scratch["dh0_rows"][plan.first_rows]
     torch.testing.assert_close(dS2, dS1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(dVn2, dVn1, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(dh02, dh01, rtol=1e-10, atol=1e-10)
@@ -266,19 +288,9 @@ def test_transitions_of_the_local_pass_are_the_chunk_products():
     plan = seg.plan_for((4,), cu, CPU)
     o = torch.zeros(1, cu[-1], H, V, dtype=F64)
     M = fwd._segmented_state_pass(
-        Batch(),
-        fake_fwd_state,
-        fake_fwd_state,
-        fake_combine,
-        plan,
-        ops,
-        None,
-        o,
-        None,
-        None,
-        H,
-        None,
-    ).M
+        Batch(), fake_fwd_state, fake_fwd_state, fake_combine, plan, ops, None, o, None, None, H,
+        None, Scratch(plan, H), F64_CPU,
+    ).M  # fmt: skip
     for p, (c0, n) in enumerate(plan.local_rows.tolist()):
         A = torch.eye(K, dtype=F64).expand(H, K, K)
         for c in range(c0, c0 + n):

@@ -104,3 +104,21 @@ def test_the_graph_node_struct_has_cudas_layout():
         "params": 40, "extra": 48, "kern": 56, "ctx": 64,
     }  # fmt: skip
     assert ctypes.sizeof(_NodeParams) == 72
+
+
+def test_packed_bytes_are_what_set_writes_and_load_writes_them():
+    """The graph route compares a node's packed bytes with the last ones it set (bit for bit: -0.0
+    and 0.0 differ) and loads them only when they changed."""
+    a, b = ArgBlock(KINDS, "k"), ArgBlock(KINDS, "k")
+    args = [_Tensor(), None, -3, 2**40, 0.5]
+    a.set(args)
+    data = b.packed(args)
+    assert data == ctypes.string_at(ctypes.addressof(a._buf), len(data))
+    assert read_back(b) == [0, 0, 0, 0, 0.0]  # packed() leaves the slots alone
+    b.load(data)
+    assert read_back(b) == read_back(a)
+    assert b.packed([_Tensor(), None, -3, 2**40, -0.0]) != b.packed(
+        [_Tensor(), None, -3, 2**40, 0.0]
+    )
+    with pytest.raises(LaunchError, match="argument 2 does not fit"):
+        b.packed([None, None, 2**31, 0, 0.0])

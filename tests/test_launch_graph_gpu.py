@@ -43,7 +43,7 @@ def _expected(xs: list[torch.Tensor]) -> list[torch.Tensor]:
 
 
 def test_a_batch_runs_as_one_graph_and_takes_each_issues_arguments():
-    for seed in (1, 2):  # the second issue reuses the graph with other tensors
+    for seed in (1, 2):  # the second seed reuses the graph with other tensors
         xs = _inputs(seed)
         outs = [torch.full_like(x, float("nan")) for x in xs]
         batch = launch.Batch()
@@ -53,8 +53,17 @@ def test_a_batch_runs_as_one_graph_and_takes_each_issues_arguments():
         assert batch.steps == []
         assert key in launch._GRAPH_CACHE  # issued as a graph, not one by one
         torch.cuda.synchronize()
-        for out, want in zip(outs, _expected(xs), strict=True):
-            assert torch.equal(out, want)
+        want = _expected(xs)
+        for out, w in zip(outs, want, strict=True):
+            assert torch.equal(out, w)
+        # the same arguments again: the nodes are not set again, the graph runs again
+        for out in outs:
+            out.fill_(float("nan"))
+        _record(batch, xs, outs)
+        batch.issue()
+        torch.cuda.synchronize()
+        for out, w in zip(outs, want, strict=True):
+            assert torch.equal(out, w)
 
 
 def test_a_batch_issued_from_a_thread_with_no_current_context():

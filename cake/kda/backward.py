@@ -97,7 +97,7 @@ class _Static:
     combine: Any  # split calls only
     chunk: Any
     reduce: Any  # raw gates only
-    scratch: Workspace  # the fp32 buffers only the backward's own launches read
+    scratch: tuple[Workspace, Workspace]  # the fp32 buffers only its launches read: [h0 given]
 
 
 @lru_cache(maxsize=64)  # as kda.forward's
@@ -113,12 +113,19 @@ def _static(
     )
     raw = config.gate is not GateForm.g
     NC = layout.n_chunks
-    scratch = Workspace([
-        ("dS_end", (NC, H, K, V)),  # the state gradient at each chunk's end
-        ("dVn", (NC, H, CHUNK, V)),
-        ("dA_part", (NC, H) if raw else None),  # per chunk: bwd_reduce sums them in order
-        ("dbias_part", (NC, H, K) if raw else None),
-    ])  # fmt: skip
+    split = plan.any_split
+
+    def scratch(h0: bool) -> Workspace:
+        return Workspace([
+            ("dS_end", (NC, H, K, V)),  # the state gradient at each chunk's end
+            ("dVn", (NC, H, CHUNK, V)),
+            ("dA_part", (NC, H) if raw else None),  # per chunk: bwd_reduce sums them in order
+            ("dbias_part", (NC, H, K) if raw else None),
+            ("dB_loc", (plan.n_local, H, K, V) if split else None),  # the local passes' dS_start
+            ("Y", (plan.n_rows, H, K, V) if split else None),  # every row's true end gradient
+            ("dh0_rows", (plan.n_rows, H, K, V) if split and h0 else None),
+        ])  # fmt: skip
+
     return _Static(
         layout=layout,
         plan=plan,
@@ -128,7 +135,7 @@ def _static(
         combine=kernel(COMBINE, "kda_seg_combine") if plan.any_split else None,
         chunk=kernel(bwd_chunk_record(config, g_dtype), "kda_bwd_chunk"),
         reduce=kernel(BWD_REDUCE, "kda_bwd_gate_reduce") if raw else None,
-        scratch=scratch,
+        scratch=(scratch(False), scratch(True)),
     )
 
 
@@ -164,22 +171,21 @@ def backward(  # noqa: ANN201
 
     # K1: reverse state pass. Its buffers and bwd_chunk's partial sums in one allocation (one
     # torch.empty, ~4-8 us of host time on the H200, instead of four; docs/notes.md session 45).
-    sc = st.scratch.carve(torch.float32, device)
+    sc = st.scratch[h0 is not None].carve(torch.float32, device)
     dS_end, dVn = sc.ptr("dS_end"), sc.ptr("dVn")
     dh0 = torch.empty((N, H, K, V), **f32) if h0 is not None else None
     dht_ = aligned(dht.float().contiguous()) if dht is not None else None
     p = saved.ptr  # the buffers' addresses (the tensor for M)
     ops = (p("Qg"), p("W"), p("Kd"), p("Aqk"), p("gl"), do, layout.chunks)
     run = Batch()  # the launches go as one CUDA graph (cake/launch.py)
-    dh0_rows = None
     if not plan.any_split:
         run(
             st.state, (V // BV, H, N), *ops, layout.seq_chunks, dht_, dS_end, dVn, dh0, H,
             int(dht_ is not None), int(dh0 is not None),
         )  # fmt: skip
     else:
-        dh0_rows = _segmented_reverse_pass(
-            run, st.state, st.combine, plan, ops, p("M"), dht_, dS_end, dVn, dh0 is not None, H
+        _segmented_reverse_pass(
+            run, st.state, st.combine, plan, ops, p("M"), dht_, dS_end, dVn, sc, dh0 is not None, H
         )
 
     # K2: chunk-parallel gradients.
@@ -202,8 +208,10 @@ def backward(  # noqa: ANN201
         ddt_bias = torch.empty(H * K, **f32)
         run(st.reduce, (H,), dA_part, dbias_part, dA_log, ddt_bias, NC, H)
     run.issue()
-    if dh0 is not None and dh0_rows is not None:
-        torch.index_select(dh0_rows, 0, plan.first_rows, out=dh0)
+    if dh0 is not None and plan.any_split:
+        rows = sc["dh0_rows"]
+        assert rows is not None
+        torch.index_select(rows, 0, plan.first_rows, out=dh0)
     out = dict(dq=dq, dk=dk, dv=dv, dg=dg, dbeta=dbeta)
     if raw:
         if A_log is not None:
@@ -225,25 +233,24 @@ def _segmented_reverse_pass(
     dht,
     dS_end,
     dVn,
+    scratch,
     want_dh0: bool,
     H: int,
-) -> torch.Tensor | None:  # noqa: ANN001
+) -> None:  # noqa: ANN001
     """Local reverse passes over the split sequences' segments from a zero end gradient (their start
     gradients dB; dS_end and dVn not stored), the combine with the forward's transitions
     (transposed, last segment first), then the serial program over every row from its true end
-    gradient, recorded into `run`. Returns every row's start gradient when `want_dh0` (the
-    caller takes each sequence's first row once `run` is issued), else None."""
-    f32 = dict(dtype=M_loc.dtype, device=M_loc.device)  # float64 in the CPU tests' stand-ins
-    dB_loc = torch.empty((plan.n_local, H, K, V), **f32)
+    gradient, recorded into `run`. `scratch` (a Carved) holds dB_loc, Y and, with `want_dh0`,
+    every row's start gradient dh0_rows (the caller takes each sequence's first row once `run`
+    is issued)."""
+    dB_loc, Y = scratch.ptr("dB_loc"), scratch.ptr("Y")
     run(
         bstate, (V // BV, H, plan.n_local), *ops, plan.local_rows, None, None, None, dB_loc, H, 0, 1
     )
-    Y = torch.empty((plan.n_rows, H, K, V), **f32)
     N = int(plan.table.shape[0])
     run(combine, (V // COMBINE_COLUMNS, H, N), M_loc, dB_loc, plan.table, dht, Y, H, 1)
-    dh0_rows = torch.empty((plan.n_rows, H, K, V), **f32) if want_dh0 else None
+    dh0_rows = scratch.ptr("dh0_rows") if want_dh0 else None
     run(
         bstate, (V // BV, H, plan.n_rows), *ops, plan.rows, Y, dS_end, dVn, dh0_rows, H, 1,
         int(dh0_rows is not None),
     )  # fmt: skip
-    return dh0_rows

@@ -139,6 +139,7 @@ class _Static:
     local: Any  # split calls only
     combine: Any
     buffers: Workspace
+    scratch: tuple[Workspace, Workspace]  # the call's own fp32 buffers: [local passes run]
 
 
 @lru_cache(maxsize=64)  # like layout_for: packed batches change cu_seqlens from call to call
@@ -177,6 +178,15 @@ def _static(  # noqa: PLR0913
         ("states", kept((NC, H, STATE_RECORD))),  # S_c in 16 bits: cake/state16.cuh
         ("R", kept((NC, H, 2 * CHUNK)) if fused else None),
     ])  # fmt: skip
+    rows = (plan.n_rows, H, K, V) if split and config.store_final_state and want_o else None
+
+    def scratch(local: bool) -> Workspace:
+        return Workspace([
+            ("U", (NC, H, CHUNK, V)),  # read by the state passes only
+            ("B_loc", (plan.n_local, H, K, V) if split and local else None),  # local end states
+            ("ht_rows", rows),  # every row's end state; the last row of each sequence is ht
+        ])  # fmt: skip
+
     return _Static(
         layout=layout,
         plan=plan,
@@ -187,6 +197,7 @@ def _static(  # noqa: PLR0913
         local=kernel(STATE_LOCAL, "kda_fwd_state_lean", "kda_fwd_state") if split else None,
         combine=kernel(COMBINE, "kda_seg_combine") if split else None,
         buffers=buffers,
+        scratch=(scratch(False), scratch(True)),
     )
 
 
@@ -228,8 +239,9 @@ def forward(  # noqa: ANN201, PLR0913
     buf = st.buffers.carve(torch.float32, device)
     p = buf.ptr  # the launches take the buffers' addresses: no tensor views built
     Aqk, W, Qg, Kd, gl = p("Aqk"), p("W"), p("Qg"), p("Kd"), p("gl")
-    # U is read by the state pass only: its own allocation, freed when the forward returns
-    U = torch.empty((NC, H, CHUNK, V), dtype=torch.float32, device=device)
+    # U and a split call's row states: one allocation of their own, freed when the forward returns
+    sc = st.scratch[carries is None].carve(torch.float32, device)
+    U = sc.ptr("U")
     o = torch.empty((B, T_, H, V), dtype=q.dtype, device=device) if want_o else None
     ht = (
         torch.empty((N, H, K, V), dtype=torch.float32, device=device)
@@ -254,8 +266,9 @@ def forward(  # noqa: ANN201, PLR0913
         run.issue()
     else:
         carried = _segmented_state_pass(
-            run, st.state, st.local, st.combine, plan, ops, h0, o, ht, states, H, carries
-        )
+            run, st.state, st.local, st.combine, plan, ops, h0, o, ht, states, H, carries,
+            sc, dict(dtype=torch.float32, device=device),
+        )  # fmt: skip
     if not keep:
         return o, ht, None, carried
     buf.extra["M"] = carried.M if carried is not None else None
@@ -275,34 +288,38 @@ def _segmented_state_pass(  # noqa: PLR0913
     states,
     H: int,
     carries,
+    scratch: Any,
+    f32: dict[str, Any],
 ):  # noqa: ANN001, ANN202
     """Local passes over the split sequences' segments with the local program, both in one
     launch (no o; end states B from zero, transitions M from the identity with U = 0), the
     combine of the segment boundaries, then the serial program over every row from its true
     start. Given `carries` (the replay), only the last. The launches join `run`'s, which this
-    issues. Returns the Carries: X and M of every local row (the backward combines with it)."""
-    U = ops[1]
-    f32 = dict(dtype=U.dtype, device=U.device)  # float32 (float64 in the CPU tests' stand-ins)
+    issues. `scratch` (a Carved: `ptr(name)` an address, `[name]` a view) holds B_loc and
+    ht_rows; X and M are allocated with `f32` (float32 on the device; float64 in the CPU tests'
+    stand-ins). Returns the Carries: X and M of every local row (the backward combines with
+    it)."""
     if carries is None:
-        carries = _carries(run, local_state, combine, plan, ops, h0, H, f32)
+        carries = _carries(run, local_state, combine, plan, ops, h0, H, scratch.ptr("B_loc"), f32)
     else:
         assert carries.X.shape == (plan.n_rows, H, K, V), "carries of another call"
     X = carries.X
-    ht_rows = torch.empty((plan.n_rows, H, K, V), **f32) if ht is not None else None
+    ht_rows = scratch.ptr("ht_rows") if ht is not None else None
     run(
         fwd_state, (V // BV, H, plan.n_rows), *ops, plan.rows, plan.row_precise, X, o, ht_rows,
         states, H, 1, int(ht_rows is not None),
     )  # fmt: skip
     run.issue()
     if ht is not None and ht_rows is not None:
-        torch.index_select(ht_rows, 0, plan.last_rows, out=ht)
+        torch.index_select(scratch["ht_rows"], 0, plan.last_rows, out=ht)
     return carries
 
 
-def _carries(run: Batch, local_state, combine, plan: seg.Plan, ops, h0, H: int, f32) -> Carries:  # noqa: ANN001
-    """The local passes (end states B, transitions M) and the combine of the segment boundaries,
-    recorded into `run`."""
-    B_loc = torch.empty((plan.n_local, H, K, V), **f32)
+def _carries(
+    run: Batch, local_state, combine, plan: seg.Plan, ops, h0, H: int, B_loc, f32
+) -> Carries:  # noqa: ANN001
+    """The local passes (end states into B_loc, transitions M) and the combine of the segment
+    boundaries, recorded into `run`."""
     M_loc = torch.empty((plan.n_local, H, K, K), **f32)  # its own tensor: the backward keeps it
     run(
         local_state, (V // BV, H, 2 * plan.n_local), *ops, plan.local_rows, plan.local_precise,
