@@ -220,7 +220,7 @@ class Module:
 # docs/notes.md session 45). A small call's fwd+bwd is bound by that host time.
 
 GRAPHS: bool | None = None  # None: CAKE_GRAPHS decides; tools that hook Function.__call__ set False
-_MAX_GRAPHS = 256  # packed batches change the grids from call to call
+_MAX_GRAPHS = 256  # one per sequence of kernels: a handful per call signature's programs
 
 
 def graphs_enabled() -> bool:
@@ -252,6 +252,8 @@ def _graph_api() -> Any:
         ("cuGraphInstantiateWithFlags", [vp, vp, ctypes.c_ulonglong]),
         ("cuGraphExecKernelNodeSetParams_v2", [vp, vp, vp]),
         ("cuGraphLaunch", [vp, vp]),
+        ("cuGraphExecDestroy", [vp]),
+        ("cuGraphDestroy", [vp]),
         ("cuStreamIsCapturing", [vp, vp]),
     ):
         fn = getattr(lib, name)
@@ -261,29 +263,32 @@ def _graph_api() -> Any:
 
 
 class _Graph:
-    """One instantiated graph of a fixed sequence of (kernel, grid), each node after the one
-    before it; every node has its own argument block, set again before each launch (a node's
-    arguments are copied by the driver when set: launches already enqueued keep theirs)."""
+    """One instantiated graph of a fixed sequence of kernels, each node after the one before it.
+    Every node has its own argument block and launch parameters, set again before a launch where
+    its grid or argument bytes changed since they were last set (the driver copies them when set:
+    launches already enqueued keep theirs). The grids are per launch, so that packed batches of
+    other lengths reuse the graph."""
 
-    def __init__(self, steps: tuple[tuple[Function, tuple[int, ...]], ...]) -> None:
+    def __init__(self, kernels: tuple[Function, ...]) -> None:
         api = _graph_api()
-        self.steps = steps
-        self.device = steps[0][0].device
+        self.kernels = kernels
+        self.device = kernels[0].device
         # the graph belongs to the context current at its creation: the device's primary one
         ensure_context(self.device, force=True)
         self._lock = threading.Lock()
         self._api = api
+        self._exec = self._graph = None
         vp = ctypes.c_void_p
         graph = vp()
         self._check(api.cuGraphCreate(ctypes.byref(graph), 0), "cuGraphCreate")
-        self._graph = graph  # kept: the instantiated graph does not need it, but it is tiny
+        self._graph = graph
         self._nodes: list[tuple[ArgBlock, _NodeParams, Any]] = []
-        # each node's argument bytes as last set: a node whose arguments are the same again (the
+        # each node's (grid, argument bytes) as last set: a node whose are the same again (the
         # caching allocator hands a training loop the same addresses step after step) is not set
-        self._last: list[bytes | None] = [None] * len(steps)
-        for fn, (gx, gy, gz) in steps:
+        self._last: list[tuple[tuple[int, ...], bytes] | None] = [None] * len(kernels)
+        for fn in kernels:  # a grid of one block until the first launch sets the real one
             block = ArgBlock(fn.meta.args, f"{fn.entry.program}:{fn.meta.symbol}")
-            params = _NodeParams(fn._fn, gx, gy, gz, fn.meta.threads, 1, 1, fn.meta.smem)
+            params = _NodeParams(fn._fn, 1, 1, 1, fn.meta.threads, 1, 1, fn.meta.smem)
             params.params = ctypes.addressof(block.params)
             node = vp()
             after = (vp * 1)(self._nodes[-1][2]) if self._nodes else None
@@ -300,40 +305,57 @@ class _Graph:
         )
         self._exec = exec_
 
+    def __del__(self) -> None:
+        # a graph still running when destroyed is freed by the driver once it completes
+        api = getattr(self, "_api", None)
+        if api is None:
+            return
+        try:
+            if self._exec is not None:
+                api.cuGraphExecDestroy(self._exec)
+            if self._graph is not None:
+                api.cuGraphDestroy(self._graph)
+        except Exception:  # noqa: BLE001, S110 - the interpreter may be shutting down
+            pass
+
     def _check(self, err: int, what: str) -> None:
         if err != 0:
-            names = ", ".join(f"{fn.entry.program}:{fn.meta.symbol}" for fn, _ in self.steps)
+            names = ", ".join(f"{fn.entry.program}:{fn.meta.symbol}" for fn in self.kernels)
             raise LaunchError(
                 f"{what} failed for the graph of {names}", found=str(init_driver().CUresult(err))
             )
 
-    def launch(self, args: list[tuple[Any, ...]], stream: int) -> int:
-        """Set every node's arguments and launch; returns the first driver error (0 if none)."""
+    def launch(self, steps: list[tuple[Any, tuple[int, ...], tuple[Any, ...]]], stream: int) -> int:
+        """Set the nodes whose grid or arguments changed, then launch; returns the first driver
+        error (0 if none)."""
         api = self._api
         with self._lock:
-            for i, ((block, params, node), a) in enumerate(zip(self._nodes, args, strict=True)):
-                data = block.packed(a)
-                if data == self._last[i]:
+            for i, ((block, params, node), (_, grid, a)) in enumerate(
+                zip(self._nodes, steps, strict=True)
+            ):
+                now = (grid, block.packed(a))
+                if now == self._last[i]:
                     continue
-                block.load(data)
+                block.load(now[1])
+                params.gx, params.gy, params.gz = grid
                 self._last[i] = None  # unknown until the driver has taken them
                 err = api.cuGraphExecKernelNodeSetParams_v2(
                     self._exec, node, ctypes.addressof(params)
                 )
                 if err != 0:
                     return err
-                self._last[i] = data
+                self._last[i] = now
             return api.cuGraphLaunch(self._exec, stream)
 
 
-_GRAPH_CACHE: dict[tuple[Any, ...], _Graph] = {}
+_GRAPH_CACHE: dict[tuple[Function, ...], _Graph] = {}
 _GRAPH_CACHE_LOCK = threading.Lock()
 
 
 class Batch:
     """Launches gathered on the host and issued together, in order, on one stream: `batch(fn,
     grid, *args)` records one (no GPU work yet), `issue()` sends them all. Real kernels go as one
-    CUDA graph per sequence of (kernel, grid), instantiated once and cached; other callables (the
+    CUDA graph per sequence of kernels, instantiated once and cached; other callables (the
     CPU emulator's kernels), a stream being captured into a graph, CAKE_GRAPHS=0 or a driver
     without graph nodes' _v2 calls launch one by one, in the same order. Nothing may be issued on
     the stream between the recording and `issue()` that the recorded kernels must follow or
@@ -367,18 +389,17 @@ class Batch:
         if _capturing(stream):  # a graph launch inside the caller's capture: launch one by one
             _one_by_one(steps, stream)
             return
-        key = tuple((fn, grid) for fn, grid, _ in steps)
+        key = tuple(fn for fn, _, _ in steps)
         graph = _GRAPH_CACHE.get(key)
         if graph is None:
             with _GRAPH_CACHE_LOCK:
                 if len(_GRAPH_CACHE) >= _MAX_GRAPHS:
                     _GRAPH_CACHE.clear()
                 graph = _GRAPH_CACHE[key] = _Graph(key)
-        args = [a for _, _, a in steps]
-        err = graph.launch(args, stream)
+        err = graph.launch(steps, stream)
         if err in _WRONG_CONTEXT:  # as in Function.__call__: a thread with no current context
             ensure_context(device, force=True)
-            err = graph.launch(args, stream)
+            err = graph.launch(steps, stream)
         if err != 0:
             graph._check(err, "graph launch")
 

@@ -25,45 +25,50 @@ def _gate_kernel() -> launch.Function:
     return default_loader().module(PACKAGE, gate_record(GateForm.g, torch.float32), 0)["kda_gate"]
 
 
-def _inputs(seed: int, n: int = 3) -> list[torch.Tensor]:
+def _inputs(seed: int, n: int = 3, cu: tuple[int, ...] = CU) -> list[torch.Tensor]:
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.randn(CU[-1], H, 128, device="cuda", generator=gen) for _ in range(n)]
+    return [torch.randn(cu[-1], H, 128, device="cuda", generator=gen) for _ in range(n)]
 
 
-def _record(batch: launch.Batch, xs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+def _record(
+    batch: launch.Batch, xs: list[torch.Tensor], outs: list[torch.Tensor], cu: tuple[int, ...] = CU
+) -> None:
     fn = _gate_kernel()
-    layout = layout_for(CU, torch.device("cuda", 0))
+    layout = layout_for(cu, torch.device("cuda", 0))
     for x, out in zip(xs, outs, strict=True):
         batch(fn, (layout.n_chunks, H), x, None, None, out, layout.chunks, H, 0.0)
 
 
-def _expected(xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    layout = layout_for(CU, torch.device("cuda", 0))
+def _expected(xs: list[torch.Tensor], cu: tuple[int, ...] = CU) -> list[torch.Tensor]:
+    layout = layout_for(cu, torch.device("cuda", 0))
     return [gate_cumsum(x, layout, GateForm.g) for x in xs]  # one launch each
 
 
-def test_a_batch_runs_as_one_graph_and_takes_each_issues_arguments():
-    for seed in (1, 2):  # the second seed reuses the graph with other tensors
-        xs = _inputs(seed)
+def test_a_batch_runs_as_one_graph_and_takes_each_issues_grids_and_arguments():
+    graphs = []
+    # other tensors, then other lengths (another grid): the same graph, its nodes set again
+    for seed, cu in ((1, CU), (2, CU), (3, (0, 70, 3000, 3001))):
+        xs = _inputs(seed, cu=cu)
         outs = [torch.full_like(x, float("nan")) for x in xs]
         batch = launch.Batch()
-        _record(batch, xs, outs)
-        key = tuple((fn, (*grid, 1, 1)[:3]) for fn, grid, _ in batch.steps)
+        _record(batch, xs, outs, cu)
+        key = tuple(fn for fn, _, _ in batch.steps)
         batch.issue()
         assert batch.steps == []
-        assert key in launch._GRAPH_CACHE  # issued as a graph, not one by one
+        graphs.append(launch._GRAPH_CACHE[key])  # issued as a graph, not one by one
         torch.cuda.synchronize()
-        want = _expected(xs)
+        want = _expected(xs, cu)
         for out, w in zip(outs, want, strict=True):
             assert torch.equal(out, w)
         # the same arguments again: the nodes are not set again, the graph runs again
         for out in outs:
             out.fill_(float("nan"))
-        _record(batch, xs, outs)
+        _record(batch, xs, outs, cu)
         batch.issue()
         torch.cuda.synchronize()
         for out, w in zip(outs, want, strict=True):
             assert torch.equal(out, w)
+    assert graphs[0] is graphs[1] is graphs[2]
 
 
 def test_a_batch_issued_from_a_thread_with_no_current_context():
