@@ -283,8 +283,9 @@ class _Graph:
         self._check(api.cuGraphCreate(ctypes.byref(graph), 0), "cuGraphCreate")
         self._graph = graph
         self._nodes: list[tuple[ArgBlock, _NodeParams, Any]] = []
-        # each node's (grid, argument bytes) as last set: a node whose are the same again (the
-        # caching allocator hands a training loop the same addresses step after step) is not set
+        # each node's (grid, argument bytes) as last set: a node whose grid and arguments are the
+        # same again (the caching allocator hands a training loop the same addresses step after
+        # step) is not set again
         self._last: list[tuple[tuple[int, ...], bytes] | None] = [None] * len(kernels)
         for fn in kernels:  # a grid of one block until the first launch sets the real one
             block = ArgBlock(fn.meta.args, f"{fn.entry.program}:{fn.meta.symbol}")
