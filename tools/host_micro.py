@@ -184,14 +184,12 @@ def main() -> None:
             per_call(lambda: flat.as_strided((64, 4, 64, 64), (16384 * 4, 4096, 64, 1), 128)),
         )
     )
+    src, index = flat[:1024].view(8, 128), torch.zeros(2, dtype=torch.int64, device=dev)
+    dst = torch.empty(2, 128, device=dev)
     rows.append(
         (
-            "index_select out=",
-            per_call(
-                lambda: torch.index_select(
-                    flat[:1024].view(8, 128), 0, torch.zeros(2, dtype=torch.int64, device=dev)
-                )
-            ),
+            "index_select(out=)",
+            per_call(lambda: torch.index_select(src, 0, index, out=dst)),
         )
     )
 
