@@ -100,4 +100,28 @@ def load_matrix(tree: Tree) -> Matrix:
         for copy in package.copies:
             if copy.source not in matrix.packages:
                 raise ConfigError(f"package {name} copies from unknown package {copy.source!r}")
+    rendered = _stage_archs(matrix)
+    for stage, spec in matrix.stages.items():
+        for kernel in spec.kernels:
+            unbuilt = sorted(set(kernel.archs or ()) - rendered.get(stage, set()))
+            if unbuilt:
+                raise ConfigError(
+                    f"stage {stage} kernel {kernel.symbol} names archs no package renders it for",
+                    found=", ".join(unbuilt),
+                    fix="drop them from its archs, or add them to a package that has the stage",
+                )
     return matrix
+
+
+def _stage_archs(matrix: Matrix) -> dict[Stage, set[Arch]]:
+    """The archs each stage's programs are rendered for: those of every package with a record of
+    the stage, its own or copied."""
+    out: dict[Stage, set[Arch]] = {}
+    for package in matrix.packages.values():
+        stages = {v.stage for v in package.records}
+        for copy in package.copies:
+            source = matrix.packages[copy.source].records
+            stages |= {v.stage for v in source if copy.matches(v.key)}
+        for stage in stages:
+            out.setdefault(stage, set()).update(package.archs)
+    return out
