@@ -47,8 +47,8 @@ def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def sections(step: Callable[[], object], steps: int) -> None:
     """Issue time per step by section: chunk_kda (all of the forward call), forward.forward (the
-    launches' Python side and allocations), launches (ArgBlock fill + cuLaunchKernel), the
-    backward call (autograd.grad: engine + thread hand-off + backward.backward), backward.backward.
+    launches' Python side and allocations), the batches' issues (a call's launches as one CUDA
+    graph: nodes set again + cuGraphLaunch) and any kernel launched on its own, the backward call (autograd.grad: engine + thread hand-off + backward.backward), backward.backward.
     Inclusive times: a section contains the ones it calls."""
     patches = [
         (api, "chunk_kda", "chunk_kda (forward call)"),
