@@ -19,7 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cake.kda.backward import BWD_REDUCE  # noqa: E402
 from cake.kda.stages import PACKAGE  # noqa: E402
-from cake.launch import ArgBlock, _cu_launch, _current_stream  # noqa: E402
+from cake.launch import ArgBlock, _cu_launch, _current_stream, _NodeParams  # noqa: E402
 from cake.loader import default_loader  # noqa: E402
 from cake.spec import ArgType  # noqa: E402
 
@@ -85,17 +85,6 @@ class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
     ]
 
 
-class KernelNodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
-    _fields_ = [
-        ("func", ctypes.c_void_p),
-        *[(n, ctypes.c_uint) for n in ("gx", "gy", "gz", "bx", "by", "bz", "smem")],
-        ("params", ctypes.c_void_p),
-        ("extra", ctypes.c_void_p),
-        ("kern", ctypes.c_void_p),
-        ("ctx", ctypes.c_void_p),
-    ]
-
-
 def launch_rows(fn: Any, launch_args: tuple[Any, ...], gx: int) -> list[tuple[str, float]]:
     """One small kernel launched by each route the driver offers: cuLaunchKernel through ctypes
     (cake's), cuLaunchKernelEx with its configuration built once, and a CUDA graph of 9 such
@@ -128,7 +117,7 @@ def launch_rows(fn: Any, launch_args: tuple[Any, ...], gx: int) -> list[tuple[st
 
     graph, exec_ = vp(), vp()
     assert lib.cuGraphCreate(ctypes.byref(graph), 0) == 0
-    node_params = KernelNodeParams(handle, *dims, pp.value, None, None, None)
+    node_params = _NodeParams(handle, *dims, pp.value, None, None, None)
     nodes: list[Any] = []
     for _ in range(9):
         node = vp()
