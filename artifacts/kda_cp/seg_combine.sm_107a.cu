@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_107a
-// identity: sha256:f61f0f7cb961b2d959e9513fca9b2ea7b8220440466191c82d48f125b134ab2c
+// identity: sha256:9c02d38d3bae81058a70fbcfc55758be33c5285de185ecfb4efd77658bd51560
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -70,7 +70,7 @@ __device__ __forceinline__ float4 shfl_add(const float4& a, int mask) {
 }
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
+extern "C" __global__ void __launch_bounds__(256) kda_seg_combine(
     const float* __restrict__ M, const float* __restrict__ B, const int* __restrict__ table,
     const float* __restrict__ x0, float* __restrict__ X, int H, int reverse)
 {
@@ -80,11 +80,12 @@ extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
 
     const int cb = blockIdx.x, h = blockIdx.y, n = blockIdx.z, tid = threadIdx.x;
     const int lane = tid & 31, warp = tid >> 5;
-    const int q = lane >> 3, r = 8 * warp + (lane & 7);  // lanes q*8 .. q*8+7: rows of this warp
+    // lanes q*8 .. q*8+7: rows 8 warp .. 8 warp + 7 of this warp, and those + 64
+    const int q = lane >> 3, r0 = 8 * warp + (lane & 7);
     const int LD = reverse ? 136 : 132;
     const int f = table[3 * n], P = table[3 * n + 1], l = table[3 * n + 2];
     const int col = 4 * cb;
-    auto at = [&](long long row) {  // offset of element (r, col) of state [row, h]
+    auto at = [&](long long row, int r) {  // offset of element (r, col) of state [row, h]
         return ((row * H + h) * 128 + r) * 128 + col;
     };
 
@@ -98,60 +99,84 @@ extern "C" __global__ void __launch_bounds__(512) kda_seg_combine(
     }
     if (P < 2) return;  // block-uniform
 
-    // M[row, h] into buffer b: 4096 16-byte pieces, 8 per thread (rows tid / 32 + 16 i).
+    // M[row, h] into buffer b: 4096 16-byte pieces, 16 per thread (rows tid / 32 + 8 i).
     auto issue = [&](int b, long long row) {
         const float* src = M + (row * H + h) * 16384;
         float* dst = Ms + b * 128 * LD_MAX;
         const int c4 = 4 * lane;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int rr = warp + 16 * i;
+        for (int i = 0; i < 16; ++i) {
+            const int rr = warp + 8 * i;
             cake_cp_async16(dst + rr * LD + c4, src + rr * 128 + c4, 16);
         }
     };
     auto seg = [&](int s) { return reverse ? P - 1 - s : s; };  // the segment step s applies
-
-    issue(0, l + seg(0));
-    cake_cp_async_commit();
-    float4 b_next = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (q == 0) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(0)));
-#pragma unroll 1
-    for (int s = 0; s < P - 1; ++s) {
-        const int p = seg(s);
-        if (s + 1 < P - 1) issue((s + 1) & 1, l + seg(s + 1));
-        cake_cp_async_commit();
-        const float4 b = b_next;  // loaded during the last step; the next one flies over this one
-        if (q == 0 && s + 1 < P - 1) b_next = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1)));
-        cake_cp_async_wait<1>();
-        __syncthreads();  // M[p] landed for every thread; Xs holds the previous state
-        const float* m = Ms + (s & 1) * 128 * LD_MAX;
+    // row r's sum over this lane's quarter of k, in the order of the one-row-a-lane form: forward
+    // k = 4 (q + 4 j) + e, e = 0, 2 into acc and 1, 3 into odd; reverse k = q + 4 j, even j into
+    // acc, odd j into odd. xr[i]: the state's row of the i-th k of the quarter.
+    auto row_sum = [&](const float* m, int r, const float4 (&xr)[32]) {
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f), odd = acc;
         if (!reverse) {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const int k = 4 * (q + 4 * j);
-                const float4 mk = *reinterpret_cast<const float4*>(m + r * LD + k);
-                fma4(acc, mk.x, *reinterpret_cast<const float4*>(Xs[k]));
-                fma4(odd, mk.y, *reinterpret_cast<const float4*>(Xs[k + 1]));
-                fma4(acc, mk.z, *reinterpret_cast<const float4*>(Xs[k + 2]));
-                fma4(odd, mk.w, *reinterpret_cast<const float4*>(Xs[k + 3]));
+                const float4 mk = *reinterpret_cast<const float4*>(m + r * LD + 4 * (q + 4 * j));
+                fma4(acc, mk.x, xr[4 * j]);
+                fma4(odd, mk.y, xr[4 * j + 1]);
+                fma4(acc, mk.z, xr[4 * j + 2]);
+                fma4(odd, mk.w, xr[4 * j + 3]);
             }
         } else {
 #pragma unroll
             for (int j = 0; j < 32; j += 2) {
                 const int k = q + 4 * j;
-                fma4(acc, m[k * LD + r], *reinterpret_cast<const float4*>(Xs[k]));
-                fma4(odd, m[(k + 4) * LD + r], *reinterpret_cast<const float4*>(Xs[k + 4]));
+                fma4(acc, m[k * LD + r], xr[j]);
+                fma4(odd, m[(k + 4) * LD + r], xr[j + 1]);
             }
         }
         acc = make_float4(acc.x + odd.x, acc.y + odd.y, acc.z + odd.z, acc.w + odd.w);
         acc = shfl_add(acc, 8);   // (q0 + q1), (q2 + q3)
-        acc = shfl_add(acc, 16);  // + the other pair: every lane of the row holds the sum
-        acc = make_float4(acc.x + b.x, acc.y + b.y, acc.z + b.z, acc.w + b.w);
+        return shfl_add(acc, 16);  // + the other pair: every lane of the row holds the sum
+    };
+
+    issue(0, l + seg(0));
+    cake_cp_async_commit();
+    float4 b_next[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
+    if (q == 0) {
+        b_next[0] = *reinterpret_cast<const float4*>(B + at(l + seg(0), r0));
+        b_next[1] = *reinterpret_cast<const float4*>(B + at(l + seg(0), r0 + 64));
+    }
+#pragma unroll 1
+    for (int s = 0; s < P - 1; ++s) {
+        const int p = seg(s);
+        if (s + 1 < P - 1) issue((s + 1) & 1, l + seg(s + 1));
+        cake_cp_async_commit();
+        const float4 b[2] = {b_next[0], b_next[1]};  // loaded during the last step
+        if (q == 0 && s + 1 < P - 1) {
+            b_next[0] = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1), r0));
+            b_next[1] = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1), r0 + 64));
+        }
+        cake_cp_async_wait<1>();
+        __syncthreads();  // M[p] landed for every thread; Xs holds the previous state
+        float4 xr[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+            const int k = reverse ? q + 4 * i : 4 * (q + 4 * (i >> 2)) + (i & 3);
+            xr[i] = *reinterpret_cast<const float4*>(Xs[k]);
+        }
+        const float* m = Ms + (s & 1) * 128 * LD_MAX;
+        float4 y[2];
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+            y[t] = row_sum(m, r0 + 64 * t, xr);
+            y[t] = make_float4(y[t].x + b[t].x, y[t].y + b[t].y, y[t].z + b[t].z, y[t].w + b[t].w);
+        }
         __syncthreads();  // every read of Xs and of this M buffer is done
         if (q == 0) {
-            *reinterpret_cast<float4*>(Xs[r]) = acc;
-            cake_st_global_v4(X + at(reverse ? f + p - 1 : f + p + 1), acc);
+#pragma unroll
+            for (int t = 0; t < 2; ++t) {
+                *reinterpret_cast<float4*>(Xs[r0 + 64 * t]) = y[t];
+                cake_st_global_v4(X + at(reverse ? f + p - 1 : f + p + 1, r0 + 64 * t), y[t]);
+            }
         }
     }
     cake_cp_async_wait<0>();
