@@ -744,7 +744,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     "seg_combine.sm_90a": {  # kda_cp only: what one step of the walk waits on
         "noload": NO_LOAD,  # no M tiles (the products read whatever the buffers hold)
-        "nob": [("if (q == 0 && s + 1 < P - 1) {", "if (false) {")],
+        "nob": [("if (q == 0 && s + 1 < P - 1) load_b", "if (false) load_b")],
         "nostore": [
             (
                 "cake_st_global_v4(X + at(reverse ? f + p - 1 : f + p + 1, r0 + 64 * t), y[t]);",

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/seg_combine.cu.j2
 // record: kda_cp/seg_combine  program: kda_cp.seg_combine.sm_100a
-// identity: sha256:f81472159b2b5d2ede3eef8b55f1815765a7cb6d55c9760ffd7616b775227d6a
+// identity: sha256:b86e6d28cec3160176fa52b536476c9d014a6f7f9e5c8870068a6a4f290d6c5e
 // ---- begin cake/cp_async.cuh ----
 
 __device__ __forceinline__ unsigned int cake_smem_addr(const void* p) {
@@ -138,23 +138,23 @@ extern "C" __global__ void __launch_bounds__(256) kda_seg_combine(
         return shfl_add(acc, 16);  // + the other pair: every lane of the row holds the sum
     };
 
+    // B[row, h] at this lane's two rows (the lanes with q == 0 add it)
+    auto load_b = [&](float4 (&b)[2], long long row) {
+#pragma unroll
+        for (int t = 0; t < 2; ++t) b[t] = *reinterpret_cast<const float4*>(B + at(row, r0 + 64 * t));
+    };
+
     issue(0, l + seg(0));
     cake_cp_async_commit();
     float4 b_next[2] = {make_float4(0.f, 0.f, 0.f, 0.f), make_float4(0.f, 0.f, 0.f, 0.f)};
-    if (q == 0) {
-        b_next[0] = *reinterpret_cast<const float4*>(B + at(l + seg(0), r0));
-        b_next[1] = *reinterpret_cast<const float4*>(B + at(l + seg(0), r0 + 64));
-    }
+    if (q == 0) load_b(b_next, l + seg(0));
 #pragma unroll 1
     for (int s = 0; s < P - 1; ++s) {
         const int p = seg(s);
         if (s + 1 < P - 1) issue((s + 1) & 1, l + seg(s + 1));
         cake_cp_async_commit();
         const float4 b[2] = {b_next[0], b_next[1]};  // loaded during the last step
-        if (q == 0 && s + 1 < P - 1) {
-            b_next[0] = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1), r0));
-            b_next[1] = *reinterpret_cast<const float4*>(B + at(l + seg(s + 1), r0 + 64));
-        }
+        if (q == 0 && s + 1 < P - 1) load_b(b_next, l + seg(s + 1));
         cake_cp_async_wait<1>();
         __syncthreads();  // M[p] landed for every thread; Xs holds the previous state
         float4 xr[32];
