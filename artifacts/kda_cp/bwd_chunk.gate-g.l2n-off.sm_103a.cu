@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_103a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_103a
-// identity: sha256:7d54e1f7c0040c9dc93f34f129ce5f398205b178bb216947aa12e6ec63a6484c
+// identity: sha256:395c50ae8d79644d581ba87cc21a1ab0907483593b9f2142d49d7754e20bc9ad
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -62,6 +62,19 @@ __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
+}
+
+// x = hi + lo, both TF32 (each cake_tf32): |x - hi - lo| <= 2^-22 |x|. Three tensor-core products
+// (hi hi, hi lo, lo hi) of two split operands then carry ~fp32 precision ("3xTF32").
+__device__ __forceinline__ void cake_split_tf32(float x, unsigned int& hi, unsigned int& lo) {
+    hi = cake_tf32(x);
+    lo = cake_tf32(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void cake_split_tf32(float x, float& hi, float& lo) {
+    unsigned int h, l;
+    cake_split_tf32(x, h, l);
+    hi = __uint_as_float(h);
+    lo = __uint_as_float(l);
 }
 
 // D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:
@@ -479,12 +492,6 @@ __device__ __forceinline__ float ds_land(float* Bs, const unsigned char* rec, co
     for (int i = 0; i < 4; ++i) a[i] = *reinterpret_cast<const float4*>(Bs + (own ^ (4 * i)));
     s = dgl_dot(s, w, a, SE, tid, half);
     return s;
-}
-
-// x = hi + lo to ~2^-22 relative, both TF32.
-__device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
-    hi = rtf32(x);
-    lo = rtf32(x - hi);
 }
 
 // The four entries of a (u = u0..u0+3) with u < i (keep_below), u <= i (keep_upto) or u > i
@@ -1227,9 +1234,9 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         const float gu = gR[((e & 1) ? gq1 : gq0) + 128 * e];
                         const float ku = cake_bf16_to_f32(kR[bq]) * rkf(u), qu = cake_bf16_to_f32(qR[bq]) * rqf(u);
                         const float f = cake_ex2(gu - ge);
-                        split_tf32(ku * cake_ex2(gr - gu), e4(bkh, e), e4(bkl, e));
-                        split_tf32(qu * f, e4(bqh, e), e4(bql, e));
-                        split_tf32(ku * f, e4(bch, e), e4(bcl, e));
+                        cake_split_tf32(ku * cake_ex2(gr - gu), e4(bkh, e), e4(bkl, e));
+                        cake_split_tf32(qu * f, e4(bqh, e), e4(bql, e));
+                        cake_split_tf32(ku * f, e4(bch, e), e4(bcl, e));
                     }
                     mma_k16(aq[n], a1lo, a1hi, bkl);
                     mma_k16(aq[n], a1lo, a1hi, bkh);
@@ -1283,7 +1290,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
                             const int j = j0 + e;
-                            split_tf32(cake_bf16_to_f32(kJ[kq[n][e]]) * rkf(j) * cake_ex2(gr - gJ[gq[n][e & 1] + 128 * e]), e4(bh, e), e4(bl, e));
+                            cake_split_tf32(cake_bf16_to_f32(kJ[kq[n][e]]) * rkf(j) * cake_ex2(gr - gJ[gq[n][e & 1] + 128 * e]), e4(bh, e), e4(bl, e));
                         }
                         mma_k16(aq[n], q1lo, q1hi, bl);
                         mma_k16(aq[n], q1lo, q1hi, bh);
@@ -1330,8 +1337,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) kda_bwd_chunk(
                         for (int e = 0; e < 4; ++e) {
                             const int i = k0 + e;
                             const float f = cake_ex2(gI[gq[n][e & 1] + 128 * e] - ge);
-                            split_tf32(cake_bf16_to_f32(qI[bq[n][e]]) * rqf(i) * f, e4(bqh, e), e4(bql, e));
-                            split_tf32(cake_bf16_to_f32(kI[bq[n][e]]) * rkf(i) * f, e4(bkh, e), e4(bkl, e));
+                            cake_split_tf32(cake_bf16_to_f32(qI[bq[n][e]]) * rqf(i) * f, e4(bqh, e), e4(bql, e));
+                            cake_split_tf32(cake_bf16_to_f32(kI[bq[n][e]]) * rkf(i) * f, e4(bkh, e), e4(bkl, e));
                         }
                         mma_k16(ac[n], q1lo, q1hi, bql);
                         mma_k16(ac[n], k1lo, k1hi, bkl);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:959711aa1505f4004fc68b90ea36b716b14b3748debcd84fec3de018e40f0d0c
+// identity: sha256:5c81891fc616c07c4455501752c930cf748454d5b43c1e9e9ae1da7c7c49e452
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -39,6 +39,19 @@ __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
+}
+
+// x = hi + lo, both TF32 (each cake_tf32): |x - hi - lo| <= 2^-22 |x|. Three tensor-core products
+// (hi hi, hi lo, lo hi) of two split operands then carry ~fp32 precision ("3xTF32").
+__device__ __forceinline__ void cake_split_tf32(float x, unsigned int& hi, unsigned int& lo) {
+    hi = cake_tf32(x);
+    lo = cake_tf32(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void cake_split_tf32(float x, float& hi, float& lo) {
+    unsigned int h, l;
+    cake_split_tf32(x, h, l);
+    hi = __uint_as_float(h);
+    lo = __uint_as_float(l);
 }
 
 // D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:b7ab72ddbe6d1ce84363e7284455d5747a714f6e374ee39139ce6f3ffe9038b0
+// identity: sha256:5d090b7fd9ee35917b64a126b835664e2a278892694d933f50ef6483fa8095c3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -62,6 +62,19 @@ __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
+}
+
+// x = hi + lo, both TF32 (each cake_tf32): |x - hi - lo| <= 2^-22 |x|. Three tensor-core products
+// (hi hi, hi lo, lo hi) of two split operands then carry ~fp32 precision ("3xTF32").
+__device__ __forceinline__ void cake_split_tf32(float x, unsigned int& hi, unsigned int& lo) {
+    hi = cake_tf32(x);
+    lo = cake_tf32(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void cake_split_tf32(float x, float& hi, float& lo) {
+    unsigned int h, l;
+    cake_split_tf32(x, h, l);
+    hi = __uint_as_float(h);
+    lo = __uint_as_float(l);
 }
 
 // D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:

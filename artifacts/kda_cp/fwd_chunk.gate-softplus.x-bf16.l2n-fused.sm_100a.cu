@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_100a
-// identity: sha256:c7d3f60f16f2aaeb511d856ce0b0113690b21a851c70e79a5e4ef653c603104c
+// identity: sha256:b8c4e6f4d87b6a2e90cf523be1df7eaed200e2d9c5a7a3750f5f129cfd8cbfb6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -62,6 +62,19 @@ __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
+}
+
+// x = hi + lo, both TF32 (each cake_tf32): |x - hi - lo| <= 2^-22 |x|. Three tensor-core products
+// (hi hi, hi lo, lo hi) of two split operands then carry ~fp32 precision ("3xTF32").
+__device__ __forceinline__ void cake_split_tf32(float x, unsigned int& hi, unsigned int& lo) {
+    hi = cake_tf32(x);
+    lo = cake_tf32(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void cake_split_tf32(float x, float& hi, float& lo) {
+    unsigned int h, l;
+    cake_split_tf32(x, h, l);
+    hi = __uint_as_float(h);
+    lo = __uint_as_float(l);
 }
 
 // D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:

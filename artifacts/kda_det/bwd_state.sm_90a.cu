@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:984d79b0b273af2d92531c90a7c80f9c2176a08e8edc5698f7f9fe084baf4560
+// identity: sha256:e706073fccf768684e15044a5ef29b57b5c4e3084595e1215ebd9a3c922bed20
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -39,6 +39,19 @@ __device__ __forceinline__ unsigned int cake_tf32(float x) {
     unsigned int r;
     asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
+}
+
+// x = hi + lo, both TF32 (each cake_tf32): |x - hi - lo| <= 2^-22 |x|. Three tensor-core products
+// (hi hi, hi lo, lo hi) of two split operands then carry ~fp32 precision ("3xTF32").
+__device__ __forceinline__ void cake_split_tf32(float x, unsigned int& hi, unsigned int& lo) {
+    hi = cake_tf32(x);
+    lo = cake_tf32(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void cake_split_tf32(float x, float& hi, float& lo) {
+    unsigned int h, l;
+    cake_split_tf32(x, h, l);
+    hi = __uint_as_float(h);
+    lo = __uint_as_float(l);
 }
 
 // D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:

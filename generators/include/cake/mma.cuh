@@ -10,6 +10,19 @@ __device__ __forceinline__ unsigned int cake_tf32(float x) {
     return r;
 }
 
+// x = hi + lo, both TF32 (each cake_tf32): |x - hi - lo| <= 2^-22 |x|. Three tensor-core products
+// (hi hi, hi lo, lo hi) of two split operands then carry ~fp32 precision ("3xTF32").
+__device__ __forceinline__ void cake_split_tf32(float x, unsigned int& hi, unsigned int& lo) {
+    hi = cake_tf32(x);
+    lo = cake_tf32(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void cake_split_tf32(float x, float& hi, float& lo) {
+    unsigned int h, l;
+    cake_split_tf32(x, h, l);
+    hi = __uint_as_float(h);
+    lo = __uint_as_float(l);
+}
+
 // D += A(16x8, row) * B(8x8, col), fp32 accumulate. Fragment ownership, g = lane / 4, t = lane % 4:
 // a0 (g, k0) a1 (g+8, k0) a2 (g, k1) a3 (g+8, k1); b0 (k0, g) b1 (k1, g);
 // d0,d1 (g, 2t..2t+1) d2,d3 (g+8, 2t..2t+1). Callers choose the pair (k0, k1) a lane covers; any
