@@ -5,9 +5,9 @@
 ab.txt holds, per variant and tree, the lines of tools/kernel_times.py: "== <variant> <new|base|new2>",
 then "<row> <variant> segments=...: per fwd+bwd, us" and "<us> x<n> <kernel>" / "<us> total ...".
 Prints one line per (variant, row, kernel) with the three times and new / base - 1 (the mean of
-the two runs here). Kernels that are forms of one pass (SAME_PASS: kda_bwd_state_bulk, which
-split calls launch in place of kda_bwd_state, and kda_fwd_state_lean, sm_90a's local launch of
-kda_fwd_state) are listed under the pass's name, so that a tree that switched form still lines up
+the two runs here). Kernels that are forms of one pass (SAME_PASS: kda_bwd_state_bulk and
+kda_bwd_state_reg, which split calls launch in place of kda_bwd_state, and kda_fwd_state_lean,
+sm_90a's local launch of kda_fwd_state) are listed under the pass's name, so that a tree that switched form still lines up
 with its base.
 """
 
@@ -18,7 +18,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-SAME_PASS = {"kda_bwd_state_bulk": "kda_bwd_state", "kda_fwd_state_lean": "kda_fwd_state"}
+SAME_PASS = {
+    "kda_bwd_state_bulk": "kda_bwd_state",
+    "kda_bwd_state_reg": "kda_bwd_state",
+    "kda_fwd_state_lean": "kda_fwd_state",
+}
 
 
 def parse(text: str) -> dict[tuple[str, str, str], dict[str, float]]:
