@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:bd00ed8ad9adc998d74ea31f2b0e4678bf4200da11d020a43602fe140daf4755
+// identity: sha256:1da605b00f425b3510b2888210933551cb26087569e5be2187e0f47ced534e79
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:e18bcf0640e88352d6a8070efffcf8bec272c3fb0dcd713eca4468d4e40782f3
+// identity: sha256:d121708b72f95e5980db81c289669e20f370f6172d4f873b9e4716fb5bb728ff
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:5c81891fc616c07c4455501752c930cf748454d5b43c1e9e9ae1da7c7c49e452
+// identity: sha256:14ebcd1bf3d8ad79f3fdac151e7ca7426d3696f001c932f59e1c125ae6de5c79
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

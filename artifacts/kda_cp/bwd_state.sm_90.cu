@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:33d89adeaa729674975458ae0e775318618cb7c6585fa04fa673517d443e8e37
+// identity: sha256:95b3eea1683a68c6bb32f4bdfae999afacbdde3a14dde4e987b5fcff7303be02
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

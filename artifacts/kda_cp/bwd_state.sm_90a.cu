@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:f78943fb043b4f44063b3921151bc3668324d18ed2b7071c4669c295d111f018
+// identity: sha256:50df22708aaaada2f27aeb05f4ab4411fd6e7ccda51d9d16e5452f693e883200
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -592,10 +592,6 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
     // A thread's element x: row row_of(x), column 8 (x >> 2) + 2t + (x & 1).
     auto row_of = [&](int x) { return 16 * w + g + ((x & 2) << 2); };
     const int kd0 = 64 * wg;  // this warpgroup's key rows of dS
-    // cp.async form: A tiles stored [k][m] with the 16-byte chunks of row k XOR-ed by 2 (k % 4):
-    // the register-A gathers (rows k0 + t, columns m0 + g, t = 0..3, g = 0..7) hit 32 distinct
-    // banks.
-    auto ag = [](int M, int k, int m) { return k * M + ((((m >> 2) ^ ((k & 3) << 1))) << 2) + (m & 3); };
     // A fragment of k8 step s: A rows m = m0 + 16 w + g (+ 8), reduction indices 8 s + t (+ 4),
     // gathered from a tile image (cake_wg_idx<ROWS>(row, col)) whose ROW is the reduction index:
     // image row r0 + 8 s holds index 8 s + t and r1 + 8 s index 8 s + t + 4 (pk-ordered rows:
@@ -633,9 +629,6 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
     // rows q + 32 j of each panel (a warp reads 512 contiguous bytes), element (row, 4 (u ^ q % 8))
     // of the panel with row = q or pk(q), to its place in the gather layout ag. dO's rows
     // (token-major in global memory) come in 16-byte cp.async pieces from every thread in both.
-    const int q8 = tid >> 3, cq = 4 * ((tid & 7) ^ (q8 & 7)), gI = 32 * q8 + 4 * (tid & 7);
-    const int sKd = ag(64, cake_pk(q8), cq), sA = ag(64, q8, cq);
-    const int sQ = ag(128, q8, cq), sW = ag(128, cake_pk(q8), cq);
     const int rO = tid >> 3, sO = at_or(rO, tid & 7);
     const long long gO = (long long)rO * tok_stride + (tid & 7) * 8;
     if (tid == 0) {

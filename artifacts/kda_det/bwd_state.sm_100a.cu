@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:42ae74173e59d26abaf687ce0ce5ae21acfc268b7d756379b93287e78f5e0ccb
+// identity: sha256:d96827ec4194dce4e4c16969138f261a4dbe5bd574c29cbf281f48b88b03262b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:0af5268763cd5fcb2d68dfd3f8231ddfed68497347cce810322fc1646ba583fd
+// identity: sha256:2d6852c38535fec6615bc0293b8b2a96d48f2efd7134770dff4b0a2297480664
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
