@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-fused  program: kda_cp.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:aac2d6d857afa283be6aa2a1ddb6ab83fb9311284e63c1bc57f7f9d7f5bb0231
+// identity: sha256:104a5eb25f54b811d5a9c83f0dcb0581a39c8e06a1f826da2a1624ceaf15635c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_100a
-// identity: sha256:9f9f6dad30d3ac4333f8f6d2c559511ef1ef003601da376f9045533cd41f367f
+// identity: sha256:f3370c6723e014d97e5273d34d914f11c87f20c070a802853c7ede4867b2a4d4
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -466,10 +466,6 @@ __device__ __forceinline__ float4 ldq_bf16_el(const unsigned short* s, int base,
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
-// a if c else b, by component (a select of the whole float4 went through local memory)
-__device__ __forceinline__ float4 sel4(bool c, const float4& a, const float4& b) {
-    return make_float4(c ? a.x : b.x, c ? a.y : b.y, c ? a.z : b.z, c ? a.w : b.w);
-}
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 // An accumulator's element pair (e, e + 1), e even: columns d, d + 1 of one row, one 8-byte access.
 __device__ __forceinline__ float2 ldf2(const float* s, int idx) { return *reinterpret_cast<const float2*>(s + idx); }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90
-// identity: sha256:0bec873efd634b6b8cadda622f6159c1464f88666dac2df3135b085c63d2a387
+// identity: sha256:f3c7d1f55dc8e62ad2ae25d49adb51ff02ecb18c18b868115239d71cbc877cb9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -466,10 +466,6 @@ __device__ __forceinline__ float4 ldq_bf16_el(const unsigned short* s, int base,
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
-// a if c else b, by component (a select of the whole float4 went through local memory)
-__device__ __forceinline__ float4 sel4(bool c, const float4& a, const float4& b) {
-    return make_float4(c ? a.x : b.x, c ? a.y : b.y, c ? a.z : b.z, c ? a.w : b.w);
-}
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 // An accumulator's element pair (e, e + 1), e even: columns d, d + 1 of one row, one 8-byte access.
 __device__ __forceinline__ float2 ldf2(const float* s, int idx) { return *reinterpret_cast<const float2*>(s + idx); }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-g.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-g.l2n-off  program: kda_cp.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:af3c029133902469e8f4b7ed5ebfb8938bbf6af163f5cc206abe4f61c35cf0bc
+// identity: sha256:f21ddf136d5e5c7b333b302257429f4775f63391e159eba84c2d620e7d3185dd
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:fc3b2c76edd07310133fe52b6264cf580496ac9e77a64832d9ed1d1e93bb5821
+// identity: sha256:be13f6d7de2641da61126cadbb1d1736b89d4a4ba525011bba1464e15fb74cd8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

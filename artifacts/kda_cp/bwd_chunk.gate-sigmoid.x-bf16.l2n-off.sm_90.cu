@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90
-// identity: sha256:46c0a02cb9333cff900783068f4d7aaaeb2b346afc1141760b25369c94d80ae0
+// identity: sha256:0e878254f43e28dac2d524deb32d73a5e7ea44ca99394e59e1ca15ee53a813ae
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -467,10 +467,6 @@ __device__ __forceinline__ float4 ldq_bf16_el(const unsigned short* s, int base,
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
-// a if c else b, by component (a select of the whole float4 went through local memory)
-__device__ __forceinline__ float4 sel4(bool c, const float4& a, const float4& b) {
-    return make_float4(c ? a.x : b.x, c ? a.y : b.y, c ? a.z : b.z, c ? a.w : b.w);
-}
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 // An accumulator's element pair (e, e + 1), e even: columns d, d + 1 of one row, one 8-byte access.
 __device__ __forceinline__ float2 ldf2(const float* s, int idx) { return *reinterpret_cast<const float2*>(s + idx); }

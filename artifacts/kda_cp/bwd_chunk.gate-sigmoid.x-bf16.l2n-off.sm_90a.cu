@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a
-// identity: sha256:7b27b67cf187514b650683ccadf03397d3554c1c85f95c0d61503b0ce32843cc
+// identity: sha256:4a15e6c7cec966d1bc6ed79118c0470ea782a0e677d161bf32f966a4efeb39a1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

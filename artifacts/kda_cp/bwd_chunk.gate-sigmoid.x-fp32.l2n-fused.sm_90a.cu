@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:9a6f6ef29d9d5c59e454968ba6790788e26d46c96459a3ff6bb088af389efb5c
+// identity: sha256:635fc9bcc18a39c004f92134b31caecd1999f8bdaeba07b4072cb978f82d1f8a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

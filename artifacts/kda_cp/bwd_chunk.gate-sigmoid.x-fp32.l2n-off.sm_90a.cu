@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:965a0523a895153eda3ff36a463dc28fce44a8183cace5db0b7224c53767ace9
+// identity: sha256:24b06f9156c2720341a49163da72bd15bd51e642a6983b4cba857cdc423feb73
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:6399eb9153d887f8e199ab652e5f00e4d0231137d26563cd4c6a2e0caa9e898e
+// identity: sha256:8e20a79337c92f9ebe1e08cfb7c63d022175575abe81e5bcb61cb2fbd6701f14
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

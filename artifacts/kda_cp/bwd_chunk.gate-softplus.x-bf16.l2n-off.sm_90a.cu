@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:72f0dd3ebf012fa84b421ce7d209166bf7394994321e64085b85e4564dedf1f6
+// identity: sha256:d19476dd8fbb6a0a2b422f4b20ec0d87eaef016c5ae2cd7cc8ba04d930f1b148
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:e50b4153ef005ba95b71c95f5ba6aedfde940e6a83b2a9ad09706daaf4db5a7b
+// identity: sha256:0c9f10983294a816da8dd17ceed1a994de78307f216034022b3d9d6b76d6bb17
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

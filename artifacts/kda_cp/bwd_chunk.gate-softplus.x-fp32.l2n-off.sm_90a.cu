@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:396cae36f0e50c813fda72d5e5a2f23a7b4ac8e8f22b4bc2d7133370808697da
+// identity: sha256:9788b1bae0e6dd6673b5f80d2e4d045c59e36801be301418bc29b44eb466fa34
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

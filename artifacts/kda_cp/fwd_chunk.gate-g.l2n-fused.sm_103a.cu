@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:6d1ca7ef4e107760549c26cf83170374c06f4d971cb9b2b8df2f92452ed71878
+// identity: sha256:2cee84a776c5253f43ab3bce1e2b15dc09ab3324c1b66f4bc6ead306f24d7e82
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:41b95a19f90d639b6f5c7ac0c49c10f36a1d2ff5daac4fb073778fdb5a297280
+// identity: sha256:5477b1d78f236c059d49d5c638b760a4d45b06225d66e620fc646e8cabf16a48
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:5d090b7fd9ee35917b64a126b835664e2a278892694d933f50ef6483fa8095c3
+// identity: sha256:ec0095d02640ce1071223ced2fc59b5e7a6ba1142f90fcf8e1318926e963cbe8
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -393,8 +393,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async8(dst, src); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_107a
-// identity: sha256:f8721431128969df0fc7931ce61f390043bb329a0405de4750dc052f8583bb13
+// identity: sha256:e2cc9a1f99e5cb503e7b61760a581b04e1ece74f1e7597b6d5f4ce8bc4755695
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async8(dst, src); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:6ade97bca0a43b248f499aa38ef57747ab0c55d44c26822a3c8ddcfd9953558b
+// identity: sha256:db5d73eceb23b24570278de4bf1122cabfbb01f6979ff3beac6b6c95e131b58a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90
-// identity: sha256:6f048e39d6c1a8d78c64fd8af34cb339e35c8c764f7117f62711ca4d1a7b2099
+// identity: sha256:5b3e8329a6fd1662176377dc703e5a52a1ef37e0ea18b3ee7ed1e580ac0ac7c1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:df45208e2c446cdae6cf8d40b8ab769b981f6ff099f5e78442c98391d36f151a
+// identity: sha256:0c5c1f33180be3c7e5c9d409c70ae1682606e57c4b8b6583d8bef646b2b19961
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

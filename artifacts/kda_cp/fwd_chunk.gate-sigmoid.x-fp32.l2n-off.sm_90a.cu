@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:7d026be9bc10d674f6a4bc71601625336c70cc0a0ef6be00f09f56eebf3e2341
+// identity: sha256:83c4e5b28054d61a2fef2123d634e4af6188237a306bbb606b12a76bd738ad02
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -393,8 +393,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_107a
-// identity: sha256:b6f3669431e3bc41200f5838d2437d96b3297bc3a13623b31568f2726710fc40
+// identity: sha256:331ee3617bc9af7b580779d33fa7871f1460e96be39b5e3918ce51ed0c428785
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async8(dst, src); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

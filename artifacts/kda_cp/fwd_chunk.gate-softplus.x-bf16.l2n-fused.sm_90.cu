@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90
-// identity: sha256:9c193ff28ab74d95e1dfd17181891e2845522ed00433d672a44342566f57b717
+// identity: sha256:91d5fbcfd118a715811eb79ec4d774bf0d8e1d2d190432cf6047df4e8b4a0a9a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async8(dst, src); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:73ce3756420fcabe2e1145b27aae6ddfad50f25fe666c6df06f6f7ff665f6048
+// identity: sha256:a0a7f892d3243692cfc00821a383a6e1c51a09fd8329f665c5fbebe3fbf40055
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -393,8 +393,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async8(dst, src); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

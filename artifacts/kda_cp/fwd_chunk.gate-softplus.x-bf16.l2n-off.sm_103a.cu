@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_103a
-// identity: sha256:238a0e71e224bf2b60a0f08484d05fd602af0819d0a30050412d8fad0af97999
+// identity: sha256:e23724ce0e9a210ee7dff5682c8572e5a11a919382fec864f96c0873bb268107
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async8(dst, src); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

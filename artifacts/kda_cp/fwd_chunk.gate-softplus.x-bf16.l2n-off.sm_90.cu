@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90
-// identity: sha256:11d1eb2e95603a150ea1e2664a8b5b409fae9b2b0bac385e9c4148c3296158f4
+// identity: sha256:5dfbe890c7ce68b47095fac5f0f10876400fd42330f16701c3a655e1486c562a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async8(dst, src); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

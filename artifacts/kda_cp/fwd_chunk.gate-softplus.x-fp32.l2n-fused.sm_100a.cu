@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_100a
-// identity: sha256:1c23bb39432ed3163e1f64910b3c08771626bc986ef3d44e500091b262770d74
+// identity: sha256:c1f5176c88e96f5f87e57e095493b094f911af73a872713c9e768b98eb1eaf28
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

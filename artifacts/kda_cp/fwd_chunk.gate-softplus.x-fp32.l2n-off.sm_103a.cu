@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_103a
-// identity: sha256:21a062e8bf02ac738ec3fc9a85df5086ac5d7f077fde3103f5ac6832017735a1
+// identity: sha256:93b4acb5e62e75d3bcb9f74f17da605a017951f315ee1f05ca28a7dd357a5c23
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:b2b326ff3ebe5f7f9d6cdf75b1596f04665e3bffc58b43e39c06101da3a16634
+// identity: sha256:46a7b28248d2bbaf7c3deb389f162461991ecc6c8905bddc62af0d5bd070632f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-fused  program: kda_det.bwd_chunk.gate-g.l2n-fused.sm_90a
-// identity: sha256:4892af0ca02cb9bead6d1999053af25f297fda3333cd80dcf45c7f3ff5b91a9d
+// identity: sha256:90d80173001e56294782f2ef2487536de19267f528d4b4700c68a8c83c7e3ea9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

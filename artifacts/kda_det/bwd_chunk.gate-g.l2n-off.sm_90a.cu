@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-g.l2n-off  program: kda_det.bwd_chunk.gate-g.l2n-off.sm_90a
-// identity: sha256:ccb6ce74494e2fb997635d6ff5293e290fa9798460747c996ad02ef91a9e9882
+// identity: sha256:78f790ea424eb8e58880d288de62ba83275416dc4c9652916ebafffd2651e999
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

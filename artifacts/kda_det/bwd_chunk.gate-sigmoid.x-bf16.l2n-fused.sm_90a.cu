@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:3d05de15e0af8d3b8662cd7c65d8e722003d7045c0991c3472f1c91e7cdd6958
+// identity: sha256:3e944500b54f866898564bd92d77ebc9dcac1b3d87f5882f49bf2c50655c61de
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-bf16.l2n-off.sm_90a
-// identity: sha256:e5e5a21d14c3183bb73e0ed0630dfdb45a0ce1b325062094b08fe1411ac993b4
+// identity: sha256:2610c6c7dc68bc745f1730d7c9dd24a40fc8dc9574c89425dbd38df22b4cd37a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a
-// identity: sha256:6bfbb629cf26e26c5cea3b8a615aab3546cabe4176e374a361bdff6d4f0fd36f
+// identity: sha256:b5113b11009a4e97fa3a2b141330bdefe0e9d80c4ff9c66891f906d1b821c5bc
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_100a
-// identity: sha256:7038f8823707cb33f3c93cbcdc09576ab7af02ea149dbd575e2530bdf95f82ce
+// identity: sha256:134a0fb0b4626fbc443fcd9caf2ce0b9d3ed1cdb22e07e4af7d927f0f50cf88d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -467,10 +467,6 @@ __device__ __forceinline__ float4 ldq_bf16_el(const unsigned short* s, int base,
 
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 __device__ __forceinline__ float4 r4(float4 a) { return make_float4(rtf32(a.x), rtf32(a.y), rtf32(a.z), rtf32(a.w)); }
-// a if c else b, by component (a select of the whole float4 went through local memory)
-__device__ __forceinline__ float4 sel4(bool c, const float4& a, const float4& b) {
-    return make_float4(c ? a.x : b.x, c ? a.y : b.y, c ? a.z : b.z, c ? a.w : b.w);
-}
 __device__ __forceinline__ float4 ldf4(const float* s, int idx) { return *reinterpret_cast<const float4*>(s + idx); }
 // An accumulator's element pair (e, e + 1), e even: columns d, d + 1 of one row, one 8-byte access.
 __device__ __forceinline__ float2 ldf2(const float* s, int idx) { return *reinterpret_cast<const float2*>(s + idx); }

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a
-// identity: sha256:dbc26bb66e46fac1a2fd3d59c5310c57614c8c78c69be6f5c2c1d8884ead2975
+// identity: sha256:319a669333edcf4a85f67095b9e347f2e10775bacd4d9308baf974c68db7c8d2
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-fused.sm_90a
-// identity: sha256:553d066dd64463b1a0fd1a729d23797d270ea7519e0e44a76a8f195e442b7443
+// identity: sha256:1bd35b30f16e60d210173b6e69e315ce1bbee7891b10135de3132566285b7159
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-bf16.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-bf16.l2n-off.sm_90a
-// identity: sha256:e7783ae4acd9ff6329e0a9aa18578e4832f0700d877f55135395485c5eae3302
+// identity: sha256:7844f9f8352761d4d5b4692d350fffea12797d971a1d007abfaa51af534acb4d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

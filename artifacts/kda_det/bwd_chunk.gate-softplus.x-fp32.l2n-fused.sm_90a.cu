@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_90a
-// identity: sha256:4eed2728be29292803c562980ce0855fc1b51687a9a5a376a21cc3a02fc5ae41
+// identity: sha256:c60a46b4a1ea5567901812ae01a72f1b4912497ecb049788ec08717ac5ba8871
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90a
-// identity: sha256:8b21d9ca71ff5d9b1e72248f3502f2303f2a3c545f8b2515f8caa93799636c09
+// identity: sha256:ed915fe6f037310f95858089b9536e1664c7897b3df1bea5c9daf917795985f0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

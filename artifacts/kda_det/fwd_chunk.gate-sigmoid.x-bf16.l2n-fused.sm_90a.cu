@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-bf16.l2n-fused  program: kda_det.fwd_chunk.gate-sigmoid.x-bf16.l2n-fused.sm_90a
-// identity: sha256:d3da691e1f0c2eb0b10c4748189abee6d2882686f3250541f3aecaa369c2edb3
+// identity: sha256:604987c0a544623e61f1b5176cf7ef7c14febd87151edd0e19f276cd4168dded
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -393,8 +393,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async8(dst, src); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

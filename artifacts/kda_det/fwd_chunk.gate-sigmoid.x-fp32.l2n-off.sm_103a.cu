@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_103a
-// identity: sha256:e1fe74fcaf41fa55ddc5d6cad5e6415323ceef8ea83b6aac4a79ab90a33774a9
+// identity: sha256:eaec1fd8e315e6dfc2070cfdbdc8a7bd28aeebbdfc12c6f11eb971467f21435c
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_90
-// identity: sha256:8477575d549e02326fb7b43cff882279da3d9ae92979703aa0c4101a78dac124
+// identity: sha256:1d93a48e0728b8760ba4dd3fbd4b65a78b2780f5c4dc8a2121b8d096710501d3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -328,8 +328,7 @@ __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf
 
 // One gate row's four inputs of a thread into its 16-byte slot of Gamma's tile (bf16: the slot's
 // first 8 bytes).
-__device__ __forceinline__ void cp_gate(float* dst, const float* src) { cake_cp_async16(dst, src, 16); }
-__device__ __forceinline__ void cp_gate(float* dst, const unsigned short* src) { cake_cp_async8(dst, src); }
+__device__ __forceinline__ void cp_gate(float* dst, const x_t* src) { cake_cp_async16(dst, src, 16); }
 
 __device__ __forceinline__ float4 ld4_f32(const float* s, int idx) {
     return *reinterpret_cast<const float4*>(s + idx);
