@@ -92,15 +92,15 @@ def test_the_replay_runs_the_local_passes_once_and_matches_the_saved_path(monkey
     assert all(torch.equal(a, b) for a, b in zip(runs[True], runs[False], strict=True))
 
 
-def test_the_lean_local_kernel_runs_the_local_passes_with_the_plain_kernels_bits(monkeypatch):
-    """sm_90a's local launch runs on kda_fwd_state_lean (the chain's warpgroup alone, two blocks an
-    SM): the same chain code, so every output and gradient of a split fwd+bwd has the bits of the
-    same launch on kda_fwd_state (the lean kernel hidden from the host)."""
-    import cake.kda.forward as forward_module
+def shown_and_hidden(monkeypatch, module, symbol: str, seed: int):  # noqa: ANN001, ANN201
+    """A split fwd+bwd (2200 + 70 tokens, 2 heads, P = 3) on the sm_90a programs twice: as shipped,
+    then with kernel `symbol` hidden from the host (it takes the form every program has instead).
+    Returns {shown: (outputs, the kernels it launched)}; `module` (cake.kda.forward or backward)
+    caches the kernel choice per signature, so its cache is cleared around each run."""
     from tools.emu.loader import EmuFunction, EmuModule
 
-    inp = make_inputs([2200, 70], heads=2, seed=7, device="cpu", initial_state=True)
-    gen = torch.Generator().manual_seed(8)
+    inp = make_inputs([2200, 70], heads=2, seed=seed, device="cpu", initial_state=True)
+    gen = torch.Generator().manual_seed(seed + 1)
     do = torch.randn(inp.v.shape, generator=gen).to(inp.v.dtype)
     dht = torch.randn(2, 2, 128, 128, generator=gen)
     launched: list[str] = []
@@ -114,18 +114,27 @@ def test_the_lean_local_kernel_runs_the_local_passes_with_the_plain_kernels_bits
     loader = EmuLoader(arch=Arch.sm_90a)
     has = EmuModule.__contains__
     runs = {}
-    for lean in (True, False):
-        if not lean:
-            monkeypatch.setattr(
-                EmuModule, "__contains__", lambda m, s: s != "kda_fwd_state_lean" and has(m, s)
-            )
-        forward_module._static.cache_clear()  # the kernel choice is cached per signature
+    for shown in (True, False):
+        if not shown:
+            monkeypatch.setattr(EmuModule, "__contains__", lambda m, s: s != symbol and has(m, s))
+        module._static.cache_clear()
         launched.clear()
-        runs[lean] = run(inp, do, dht, 3, loader)
-        assert launched.count("kda_fwd_state_lean") == (1 if lean else 0), launched
-    forward_module._static.cache_clear()
-    for name, got in runs[True].items():
-        assert torch.equal(got, runs[False][name]), name
+        runs[shown] = (run(inp, do, dht, 3, loader), list(launched))
+    module._static.cache_clear()
+    return runs
+
+
+def test_the_lean_local_kernel_runs_the_local_passes_with_the_plain_kernels_bits(monkeypatch):
+    """sm_90a's local launch runs on kda_fwd_state_lean (the chain's warpgroup alone, two blocks an
+    SM): the same chain code, so every output and gradient of a split fwd+bwd has the bits of the
+    same launch on kda_fwd_state (the lean kernel hidden from the host)."""
+    import cake.kda.forward as forward_module
+
+    runs = shown_and_hidden(monkeypatch, forward_module, "kda_fwd_state_lean", seed=7)
+    for shown, (_, launched) in runs.items():
+        assert launched.count("kda_fwd_state_lean") == (1 if shown else 0), launched
+    for name, got in runs[True][0].items():
+        assert torch.equal(got, runs[False][0][name]), name
 
 
 def test_a_split_sequence_is_the_same_alone_and_packed():
