@@ -495,6 +495,20 @@ def test_bulk_copy_lands_only_for_its_waiters():
 
 
 @needs_cxx
+def test_a_wgmma_is_performed_at_the_wait_that_covers_it():
+    """kda_fwd_state (sm_90a) without the wait after S^T's update (Vnew^T Kd): the emulator performs
+    a wgmma at the wait that covers its commit group, so the next chunk's TF32 copy of S^T reads
+    the accumulators before the update, and the last chunk's update is never waited for, which
+    the block's end reports (on the H200 ptxas would wait there itself, C7517, or the copy would
+    read whatever the tensor cores had written by then)."""
+    inp, _, _ = case_inputs(CASES["g-mixed-off"])
+    old = "cake_wgmma_wait<0>();\n                if (!kSelfCopy && i + 2 < nc)"
+    planted = Mutated("fwd_state", old, old.replace("cake_wgmma_wait<0>();", ";"), arch=Arch.sm_90a)
+    with pytest.raises(EmuError, match="never waited for"):
+        forward_outputs(inp, planted)
+
+
+@needs_cxx
 def test_operand_that_is_not_tf32_is_reported():
     """kda_fwd_state (sm_90a) handing S's raw fp32 bits to the tensor cores as a register A operand
     instead of TF32(S): refused (what the tensor cores do with such bits is not modelled)."""

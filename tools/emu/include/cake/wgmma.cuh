@@ -26,9 +26,10 @@ __device__ __forceinline__ void cake_wgmma_n32(float (&d)[16], unsigned long lon
 // An opaque copy: nothing to hide on the CPU.
 __device__ __forceinline__ float cake_wg_opaque(float x) { return x; }
 
-// The emulated wgmma completes at issue: the fences and the group wait order nothing more.
+// The emulated wgmma is performed at the wait that covers its commit group (emu::group_collective);
+// wgmma.fence and the async-proxy fence order nothing more here.
 __device__ __forceinline__ void cake_wgmma_fence() {}
-__device__ __forceinline__ void cake_wgmma_commit() {}
+__device__ __forceinline__ void cake_wgmma_commit() { ::emu::wgmma_commit(); }
 template <int N>
-__device__ __forceinline__ void cake_wgmma_wait() {}
+__device__ __forceinline__ void cake_wgmma_wait() { ::emu::wgmma_wait(N); }
 __device__ __forceinline__ void cake_fence_proxy_async() {}

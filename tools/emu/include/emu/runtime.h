@@ -113,6 +113,7 @@ struct Fiber {
     const char* waiting = nullptr;   // what it is parked on, for deadlock reports
     std::vector<Copy> copies;        // cp.async issued and not yet completed, oldest first
     std::vector<size_t> groups;      // committed groups: end index into copies, oldest first
+    int wg_commits = 0;              // wgmma.commit_group calls so far
 #if !defined(__x86_64__)
     ucontext_t ctx;
 #endif
@@ -136,12 +137,33 @@ struct Warp {
 constexpr int kGroup = 128;
 struct Group;
 typedef void (*GroupOp)(Group&);
+
+// One thread's operands of a wgmma.mma_async.
+struct WgmmaIn {
+    unsigned long long da, db;  // shared-memory descriptors (da unused when a_regs)
+    int acc;                    // scale-d: 0 gives d = A B
+    int a_regs;                 // A from registers a[0..3]
+    unsigned int a[4];
+    int n;                      // 64 or 32 columns
+};
+
+// A wgmma issued and not yet performed: every thread's operands (copied at issue, as the hardware
+// reads register A operands then), its accumulators (the threads' registers, read and written when
+// it is performed) and its commit group (the issuing threads' commit count).
+struct PendingWgmma {
+    GroupOp op = nullptr;
+    WgmmaIn in[kGroup];
+    void* out[kGroup];
+    int group = 0;
+};
+
 struct Group {
     int arrived = 0;
     const char* what = "";
     GroupOp op = nullptr;
     const void* in[kGroup];
     void* out[kGroup];
+    std::vector<PendingWgmma> pending;  // issued, oldest first
 };
 
 // A named barrier (bar.sync / bar.arrive id, n): arrivals of the current phase, its thread count,
@@ -754,10 +776,15 @@ inline void mma_f16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned in
 }
 
 // ---- wgmma.mma_async (sm_90a): warpgroup collectives -----------------------------------------------
-// Every thread of the warpgroup arrives with its input and output; the last one runs op over all
-// 128 (each output written before any thread continues), then the warpgroup is released together.
-// The operation is performed at issue: wgmma.fence / commit_group / wait_group and the async-proxy
-// fence have nothing left to order (a program that reads accumulators before its wait is not caught).
+// Every thread of the warpgroup arrives with its operands and its accumulators; the last one queues
+// the operation for the warpgroup and the warpgroup is released together. A queued operation is
+// performed when a thread of the warpgroup waits for its commit group (wgmma.wait_group N performs
+// every operation of the groups older than the newest N): its shared-memory operands are read and
+// its accumulators read and written then, not at issue. So a program that overwrites an operand
+// tile or reads an accumulator between a wgmma and the wait that covers it gets other values
+// (with other thread orders, other bits), and one that never waits is refused at the block's end.
+// Register A operands are taken at issue (a program may not change them before the wait either:
+// ptxas may reuse their registers, tests/test_compile.py's hazard scan covers that on the SASS).
 inline void group_collective(const char* what, const void* in, void* out, GroupOp op) {
     Worker* w = tl;
     Fiber* f = w->cur;
@@ -776,20 +803,43 @@ inline void group_collective(const char* what, const void* in, void* out, GroupO
     G.in[k] = in;
     G.out[k] = out;
     if (++G.arrived == kGroup) {
-        G.op(G);
+        G.pending.emplace_back();
+        PendingWgmma& P = G.pending.back();
+        P.op = G.op;
+        P.group = w->fibers[(size_t)(kGroup * gi)].wg_commits;
+        for (int q = 0; q < kGroup; ++q) {
+            if (w->fibers[(size_t)(kGroup * gi + q)].wg_commits != P.group)
+                fail("%s: the threads of warpgroup %d have committed different numbers of groups", what, gi);
+            P.in[q] = *static_cast<const WgmmaIn*>(G.in[q]);
+            P.out[q] = G.out[q];
+        }
         G.arrived = 0;
         release(w, kGroup * gi, kGroup, true);
     }
     park(w, f, what);
 }
 
-struct WgmmaIn {
-    unsigned long long da, db;  // shared-memory descriptors (da unused when a_regs)
-    int acc;                    // scale-d: 0 gives d = A B
-    int a_regs;                 // A from registers a[0..3]
-    unsigned int a[4];
-    int n;                      // 64 or 32 columns
-};
+// wgmma.commit_group: the thread's wgmmas issued since its last commit form a group.
+inline void wgmma_commit() { tl->cur->wg_commits += 1; }
+
+// wgmma.wait_group n: every operation of the warpgroup's groups but the newest n is performed.
+inline void wgmma_wait(int n) {
+    Worker* w = tl;
+    Fiber* f = w->cur;
+    Group& G = w->wgroups[(size_t)(f->tid / kGroup)];
+    const int done = f->wg_commits - n;  // groups 0 .. done - 1 complete
+    size_t i = 0;
+    for (; i < G.pending.size() && G.pending[i].group < done; ++i) {
+        PendingWgmma& P = G.pending[i];
+        Group run;
+        for (int q = 0; q < kGroup; ++q) {
+            run.in[q] = &P.in[q];
+            run.out[q] = P.out[q];
+        }
+        P.op(run);
+    }
+    G.pending.erase(G.pending.begin(), G.pending.begin() + (long)i);
+}
 
 // Element (row, k) of a K-major operand in shared memory through its descriptor: start address,
 // SBO between 8-row groups, 128-byte rows, k in 0..7 (one k8 step of tf32), and the 128-byte swizzle
@@ -1049,6 +1099,7 @@ inline bool run_block(Worker* w) {
         f.waiting = nullptr;
         f.copies.clear();
         f.groups.clear();
+        f.wg_commits = 0;
         init_fiber(w, &f);
     }
     w->head = w->count = 0;
@@ -1082,6 +1133,11 @@ inline bool run_block(Worker* w) {
         block_error(w, "deadlock: %d thread(s) can never continue (%s)", w->live, where);
         return false;
     }
+    for (size_t g = 0; g < w->wgroups.size(); ++g)
+        if (!w->wgroups[g].pending.empty()) {
+            block_error(w, "warpgroup %zu exited with %zu wgmma(s) never waited for", g, w->wgroups[g].pending.size());
+            return false;
+        }
     for (const auto& [at, M] : w->mbars)
         if (!M.bulk.empty() || M.tx != 0) {
             block_error(w, "the block exited with bulk copies in flight on the mbarrier at shared offset %u", at);
