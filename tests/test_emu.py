@@ -509,6 +509,34 @@ def test_a_wgmma_is_performed_at_the_wait_that_covers_it():
 
 
 @needs_cxx
+def test_a_tile_released_before_its_wgmma_is_done_changes_bits_across_orders():
+    """kda_fwd_state of the local program (sm_90a; the replay's state pass): warpgroup 0 releasing W
+    (named barrier kEmptyW: warpgroup 1 then copies the next chunk's W over it) before the wait of
+    the W S product that reads it. The emulator performs the product at that wait, and in the other
+    orders the arrival that completes the barrier yields to warpgroup 1, whose copy (landing at
+    issue) overwrites the tile first: the bits differ from the ascending order's."""
+    kw = CASES["g-mixed-off"]
+    shipped = (
+        "cake_wgmma_wait<0>();\n"
+        "                if (!kSelfCopy) {\n"
+        "                    if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);"
+    )
+    early = (
+        "if (!kSelfCopy) {\n"
+        "                    if (i + 1 < nc) cake_bar_arrive(kEmptyW, 256);\n"
+        "                }\n"
+        "                cake_wgmma_wait<0>();\n"
+        "                if (!kSelfCopy) {"
+    )
+
+    def make(options: Options) -> EmuLoader:
+        return Mutated("fwd_state_local", shipped, early, arch=Arch.sm_90a, options=options)
+
+    _, base = check_case(kw, make(Options()))
+    assert schedule_differences(kw, base, make) != []
+
+
+@needs_cxx
 def test_operand_that_is_not_tf32_is_reported():
     """kda_fwd_state (sm_90a) handing S's raw fp32 bits to the tensor cores as a register A operand
     instead of TF32(S): refused (what the tensor cores do with such bits is not modelled)."""

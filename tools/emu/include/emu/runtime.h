@@ -485,6 +485,10 @@ inline void named_bar(int id, int n, bool wait) {
     if (wait) go.push_back(f);
     wake(w, go);
     if (wait) park(w, f, kWhat[id]);
+    else if (w->schedule != 0) {  // as an mbarrier's completing arrival (mbar_arrive): yield
+        push_ready(w, f);
+        park(w, f, "bar.arrive");
+    }
 }
 
 // mbarrier.init b, n: a phase completes when n threads have arrived.
@@ -525,11 +529,21 @@ inline void mbar_progress(Worker* w, MBar& M) {
 }
 
 // mbarrier.arrive: one of the phase's arrivals.
+// The arrival that completes a phase, in the descending and shuffled orders, yields to the threads
+// the phase released: what they do next (overwrite a tile that a wgmma of the arriving thread has
+// not read yet, say, if it arrived before its wait) then happens before the arriving thread's next
+// step, where the forward order runs it after.
 inline void mbar_arrive(void* b) {
+    Worker* w = tl;
     MBar& M = mbar_at(b, "mbarrier.arrive");
     if (M.pending == 0) fail("mbarrier.arrive on a phase whose arrivals are all in (its bytes pending)");
     M.pending -= 1;
-    mbar_progress(tl, M);
+    const int phase = M.phase;
+    mbar_progress(w, M);
+    if (w->schedule != 0 && M.phase != phase) {
+        push_ready(w, w->cur);
+        park(w, w->cur, "mbarrier.arrive");
+    }
 }
 
 // mbarrier.arrive.expect_tx: an arrival that also expects `bytes` more transaction bytes.
@@ -785,7 +799,7 @@ inline void mma_f16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned in
 // (with other thread orders, other bits), and one that never waits is refused at the block's end.
 // Register A operands are taken at issue (a program may not change them before the wait either:
 // ptxas may reuse their registers, tests/test_compile.py's hazard scan covers that on the SASS).
-inline void group_collective(const char* what, const void* in, void* out, GroupOp op) {
+inline void group_collective(const char* what, const void* in, void* out, GroupOp op, bool queue = true) {
     Worker* w = tl;
     Fiber* f = w->cur;
     const int gi = f->tid / kGroup, k = f->tid % kGroup;
@@ -802,7 +816,11 @@ inline void group_collective(const char* what, const void* in, void* out, GroupO
     }
     G.in[k] = in;
     G.out[k] = out;
-    if (++G.arrived == kGroup) {
+    if (++G.arrived == kGroup && !queue) {
+        G.op(G);
+        G.arrived = 0;
+        release(w, kGroup * gi, kGroup, true);
+    } else if (G.arrived == kGroup) {
         G.pending.emplace_back();
         PendingWgmma& P = G.pending.back();
         P.op = G.op;
@@ -822,12 +840,13 @@ inline void group_collective(const char* what, const void* in, void* out, GroupO
 // wgmma.commit_group: the thread's wgmmas issued since its last commit form a group.
 inline void wgmma_commit() { tl->cur->wg_commits += 1; }
 
-// wgmma.wait_group n: every operation of the warpgroup's groups but the newest n is performed.
-inline void wgmma_wait(int n) {
-    Worker* w = tl;
-    Fiber* f = w->cur;
-    Group& G = w->wgroups[(size_t)(f->tid / kGroup)];
-    const int done = f->wg_commits - n;  // groups 0 .. done - 1 complete
+// wgmma.wait_group n (.sync.aligned: the warpgroup's threads meet there): every operation of the
+// warpgroup's groups but the newest n is performed, when the last thread arrives.
+inline void op_wgmma_wait(Group& G) {
+    const int done = *static_cast<const int*>(G.in[0]);  // groups 0 .. done - 1 complete
+    for (int q = 1; q < kGroup; ++q)
+        if (*static_cast<const int*>(G.in[q]) != done)
+            fail("wgmma.wait_group: the threads of a warpgroup wait for different groups");
     size_t i = 0;
     for (; i < G.pending.size() && G.pending[i].group < done; ++i) {
         PendingWgmma& P = G.pending[i];
@@ -839,6 +858,11 @@ inline void wgmma_wait(int n) {
         P.op(run);
     }
     G.pending.erase(G.pending.begin(), G.pending.begin() + (long)i);
+}
+
+inline void wgmma_wait(int n) {
+    const int done = tl->cur->wg_commits - n;
+    group_collective("wgmma.wait_group", &done, nullptr, &op_wgmma_wait, false);
 }
 
 // Element (row, k) of a K-major operand in shared memory through its descriptor: start address,
