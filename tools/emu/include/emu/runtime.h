@@ -791,10 +791,11 @@ inline void mma_f16(float (&d)[4], unsigned int a0, unsigned int a1, unsigned in
 
 // ---- wgmma.mma_async (sm_90a): warpgroup collectives -----------------------------------------------
 // Every thread of the warpgroup arrives with its operands and its accumulators; the last one queues
-// the operation for the warpgroup and the warpgroup is released together. A queued operation is
-// performed when a thread of the warpgroup waits for its commit group (wgmma.wait_group N performs
-// every operation of the groups older than the newest N): its shared-memory operands are read and
-// its accumulators read and written then, not at issue. So a program that overwrites an operand
+// the operation for the warpgroup (`queue`; a meeting that is not a wgmma, the wait, runs its op
+// then) and the warpgroup is released together. A queued operation is performed when the
+// warpgroup meets at the wgmma.wait_group that covers its commit group (wait_group N performs every
+// operation of the groups older than the newest N): its shared-memory operands are read and its
+// accumulators read and written then, not at issue. So a program that overwrites an operand
 // tile or reads an accumulator between a wgmma and the wait that covers it gets other values
 // (with other thread orders, other bits), and one that never waits is refused at the block's end.
 // Register A operands are taken at issue (a program may not change them before the wait either:
