@@ -817,20 +817,20 @@ inline void group_collective(const char* what, const void* in, void* out, GroupO
     }
     G.in[k] = in;
     G.out[k] = out;
-    if (++G.arrived == kGroup && !queue) {
-        G.op(G);
-        G.arrived = 0;
-        release(w, kGroup * gi, kGroup, true);
-    } else if (G.arrived == kGroup) {
-        G.pending.emplace_back();
-        PendingWgmma& P = G.pending.back();
-        P.op = G.op;
-        P.group = w->fibers[(size_t)(kGroup * gi)].wg_commits;
-        for (int q = 0; q < kGroup; ++q) {
-            if (w->fibers[(size_t)(kGroup * gi + q)].wg_commits != P.group)
-                fail("%s: the threads of warpgroup %d have committed different numbers of groups", what, gi);
-            P.in[q] = *static_cast<const WgmmaIn*>(G.in[q]);
-            P.out[q] = G.out[q];
+    if (++G.arrived == kGroup) {
+        if (queue) {
+            G.pending.emplace_back();
+            PendingWgmma& P = G.pending.back();
+            P.op = G.op;
+            P.group = w->fibers[(size_t)(kGroup * gi)].wg_commits;
+            for (int q = 0; q < kGroup; ++q) {
+                if (w->fibers[(size_t)(kGroup * gi + q)].wg_commits != P.group)
+                    fail("%s: the threads of warpgroup %d have committed different numbers of groups", what, gi);
+                P.in[q] = *static_cast<const WgmmaIn*>(G.in[q]);
+                P.out[q] = G.out[q];
+            }
+        } else {
+            G.op(G);
         }
         G.arrived = 0;
         release(w, kGroup * gi, kGroup, true);
