@@ -416,6 +416,25 @@ _BS_AQK = "cake_cp_async16(As + sA + 2048 * (j & 1) + 32 * (j >> 1),"
 _BS_KD = "cake_cp_async16(Ks + sKd + 2048 * (j & 3) + 32 * (j >> 2),"
 _BSTATE_QA = [(_BS_QG, "if (j < 4) " + _BS_QG), (_BS_AQK, "if (j < 2) " + _BS_AQK)]
 _BSTATE_4 = _BSTATE_QA + [(_BS_W, "if (j < 4) " + _BS_W), (_BS_KD, "if (j < 4) " + _BS_KD)]
+# kda_bwd_state_bulk (the split calls' reverse passes): its bulk copies at half their bytes
+_BSTATE_BULK_4 = [
+    (
+        f"cake_bulk_load({s}, {t} + wsi * {n}, {2 * b}, {mb});",
+        f"cake_bulk_load({s}, {t} + wsi * {n}, {b}, {mb});",
+    )
+    for s, t, n, b, mb in (
+        ("Ks", "Kd", 8192, 16384, "mbA"),
+        ("As", "Aqk", 4096, 8192, "mbA"),
+        ("Qs", "Qg", 8192, 16384, "mbB"),
+        ("Ws", "W", 8192, 16384, "mbB"),
+    )
+] + [
+    ("cake_mbar_expect_tx(mbA, 32768 + 16384);", "cake_mbar_expect_tx(mbA, 16384 + 8192);"),
+    (
+        "cake_mbar_expect_tx(mbB, 32768 + 32768 + 512);",
+        "cake_mbar_expect_tx(mbB, 16384 + 16384 + 512);",
+    ),
+]
 # The states writer with its global stores guarded off (H >= 0 always, which the compiler cannot
 # know). The guard can let ptxas sink the writer's work into the untaken branch, so this bounds
 # the stores and the work together (fwd_state's wg1sink keeps the work).
@@ -663,7 +682,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     "bwd_state.sm_90a": {
         "halfqa": _BSTATE_QA,
-        "half4": _BSTATE_4,
+        "half4": _BSTATE_4 + _BSTATE_BULK_4,
         "noload": NO_LOAD,
         "nostates": BWD_NO_STATES,
         "nodvn": BWD_NO_DVN,
