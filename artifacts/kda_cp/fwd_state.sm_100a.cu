@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:80e525e51a47f9198d5c6aaf4a15a1531bcd14c9049d671b19825f2fedc6eea4
+// identity: sha256:1ee64d82dc9fda7b9f10418fc9b0a6fe3521303d3ca144bf1f87ab0dde59d517
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -149,8 +149,9 @@ __device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned 
 //                                    largest scaled value lies in [2^14, 2^15)
 // Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
 // products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-constexpr int CAKE_S16_BYTES = 33792;
-constexpr int CAKE_S16_EXP = 32768;
+// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
+// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
+enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
 
 // The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
 __device__ __forceinline__ unsigned int cake_s16_exp(float m) {

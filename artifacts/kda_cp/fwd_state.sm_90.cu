@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:2fd73f03d5ce52f07c93e21d7e14072c27c54001c81dbe3fb6ab47ccad9a94cf
+// identity: sha256:398589385c17ff3e9a832fe033b9021c140fa394b0a264431c6fe7c82aba8aaf
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -149,8 +149,9 @@ __device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned 
 //                                    largest scaled value lies in [2^14, 2^15)
 // Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
 // products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-constexpr int CAKE_S16_BYTES = 33792;
-constexpr int CAKE_S16_EXP = 32768;
+// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
+// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
+enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
 
 // The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
 __device__ __forceinline__ unsigned int cake_s16_exp(float m) {

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:de00c708147bd4f55ec36e7ad5568ddb483684d024fca4b014a1ab439ea27127
+// identity: sha256:40eabc4657b74d5c8148c83f55cd092b5896d61743c6301274bd8dced13cd033
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -149,8 +149,9 @@ __device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned 
 //                                    largest scaled value lies in [2^14, 2^15)
 // Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
 // products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-constexpr int CAKE_S16_BYTES = 33792;
-constexpr int CAKE_S16_EXP = 32768;
+// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
+// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
+enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
 
 // The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
 __device__ __forceinline__ unsigned int cake_s16_exp(float m) {

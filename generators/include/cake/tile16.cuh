@@ -1,0 +1,49 @@
+#pragma once
+// kda's chunk tiles in 16 bits (the byte diet, docs/wgmma-plan.md): W, Qg, Aqk and Kd^T, which the
+// state passes take only as TF32 tensor-core operands, as fp16 values under one power-of-two
+// scale per row. Plain C++ apart from cake/f16.cuh's conversion (the CPU emulator has its twin).
+//
+// A record of a ROWS x COLS tile, CAKE_T16_BYTES(ROWS, COLS) bytes:
+//   fp16 [ROWS][COLS] at cake_t16_idx (sm_90a) or row-major (the portable programs)
+//                     TF32(x) * 2^(141 - E_row), as cake/state16.cuh scales a group of S: exact
+//                     (fp16 keeps TF32's 11 significant bits) wherever the scaled value is normal,
+//                     >= 2^-14, i.e. >= 2^-28 of the row's largest; below it the error is at most
+//                     2^-25 * 2^(E - 141), < 2^-39 of the row's largest
+//   u8 E [ROWS]       at byte 2 ROWS COLS: E = cake_s16_exp(the row's largest |TF32(x)|), so that
+//                     the largest scaled value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
+// padded to 16 bytes, so that one bulk copy takes a record whole.
+#include "cake/state16.cuh"
+
+#define CAKE_T16_BYTES(rows, cols) ((2 * (rows) * (cols) + (rows) + 15) / 16 * 16)
+
+// sm_90a: wgmma's K-major 128-byte-swizzled f16 operand layout, in halves: panels of 64 columns,
+// each row's 16-byte pieces (8 values) XOR-swizzled by row & 7. Rows in their natural order: an f16
+// accumulator is already its next product's A fragment, so no row permutation is needed (the
+// TF32 images order W's and Kd^T's rows by pk for that reason).
+template <int ROWS>
+__device__ __forceinline__ int cake_t16_idx(int row, int k) {
+    return (k >> 6) * (ROWS * 64) + row * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7);
+}
+
+// Two TF32 values of one row, scaled by the row's 2^(141 - E) (cake_s16_down(E)), as one f16x2
+// word: lo at the lower column.
+__device__ __forceinline__ unsigned int cake_t16_pack(float lo, float hi, float down) {
+    return cake_f16x2(lo * down, hi * down);
+}
+
+// The largest magnitude of four values.
+__device__ __forceinline__ float cake_t16_max4(float a, float b, float c, float d) {
+    return fmaxf(fmaxf(fabsf(a), fabsf(b)), fmaxf(fabsf(c), fabsf(d)));
+}
+// The largest m over the LANES lanes (a power of two) of each aligned group, in every lane of it:
+// exact, so its order does not matter.
+template <int LANES>
+__device__ __forceinline__ float cake_t16_group_max(float m) {
+#pragma unroll
+    for (int b = LANES / 2; b > 0; b >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, b));
+    return m;
+}
+// Four TF32 values of one row at halves p .. p + 3 of a record in global memory (8-byte aligned).
+__device__ __forceinline__ void cake_t16_store4(unsigned short* p, float4 y, float down) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(cake_t16_pack(y.x, y.y, down), cake_t16_pack(y.z, y.w, down));
+}

@@ -1,0 +1,123 @@
+"""The byte diet's first step (docs/wgmma-plan.md): kda_fwd_chunk with kTile16 on writes W, Qg,
+Kd^T and Aqk as 16-bit records (generators/include/cake/tile16.cuh). Decoded here from the format
+alone, each record must give back the TF32 tile the shipped program writes: bit for bit wherever
+the scaled value is an fp16 normal, within 2^-25 of the row's scale below that, with each row's
+exponent byte putting its largest value in fp16's top binade. No state pass reads the records yet
+(the shipped programs keep kTile16 off), so only kda_fwd_chunk runs here with it on."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+import cake.kda.forward as forward_module  # noqa: E402
+from cake.spec import Arch  # noqa: E402
+from tools.emu import compiler  # noqa: E402
+from tools.emu.check import CASES, case_inputs, config_for  # noqa: E402
+from tools.emu.loader import EmuLoader, EmuModule, Program, emulate  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not compiler.available(), reason=f"no C++ compiler {compiler.compiler()!r} for tools/emu"
+)
+
+SWITCH = "constexpr bool kTile16 = false;"
+TILES = {"W": (64, 128), "Qg": (64, 128), "Kd": (128, 64), "Aqk": (64, 64)}  # rows, columns
+
+
+class _Skipped:
+    """A program whose kernels do nothing: the state passes, which cannot read the records."""
+
+    def __getitem__(self, symbol: str) -> Any:
+        return lambda *args, **kw: None
+
+    def __contains__(self, symbol: object) -> bool:
+        return True
+
+
+class Tile16Loader(EmuLoader):
+    """kda_fwd_chunk rendered with kTile16 on; every other program of the forward skipped."""
+
+    def program(self, package: str, record: str) -> Program:
+        program = super().program(package, record)
+        if not record.startswith("fwd_chunk."):
+            return program
+        assert SWITCH in program.text, f"{SWITCH!r} is not in {record}: update the test"
+        return Program(program.entry, program.text.replace(SWITCH, SWITCH.replace("false", "true")))
+
+    def module(self, package: str, record: str, device: int = 0) -> EmuModule:
+        if record.startswith("fwd_chunk."):
+            return super().module(package, record, device)
+        return _Skipped()  # type: ignore[return-value]
+
+
+def wg_idx(rows: int, r: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """cake_wg_idx<rows>: the TF32 wgmma image (float offsets)."""
+    return (k >> 5) * (rows * 32) + r * 32 + ((((k >> 2) & 7) ^ (r & 7)) << 2) + (k & 3)
+
+
+def pkinv(r: torch.Tensor) -> torch.Tensor:
+    return (r & ~7) + 2 * (r & 3) + ((r >> 2) & 1)
+
+
+def t16_idx(rows: int, r: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """cake_t16_idx<rows>: the f16 wgmma image (half offsets), rows in their natural order."""
+    return (k >> 6) * (rows * 64) + r * 64 + ((((k >> 3) & 7) ^ (r & 7)) << 3) + (k & 7)
+
+
+def offsets(name: str, arch: Arch, sixteen: bool) -> torch.Tensor:
+    """[rows, cols] offsets of each logical element in a tile's slot."""
+    rows, cols = TILES[name]
+    r = torch.arange(rows)[:, None].expand(rows, cols)
+    c = torch.arange(cols)[None, :].expand(rows, cols)
+    if arch is not Arch.sm_90a:
+        return r * cols + c  # the portable programs: row-major in both forms
+    if sixteen:
+        return t16_idx(rows, r, c)
+    return wg_idx(rows, pkinv(r) if name in ("W", "Kd") else r, c)
+
+
+def chunk_tiles(loader: EmuLoader, case: str) -> dict[str, torch.Tensor]:
+    inp, _, _ = case_inputs(CASES[case], lengths=[130, 65, 1])
+    args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
+    with emulate(loader):
+        saved = forward_module.forward(*args, config_for(inp), keep=True)[2]
+    assert saved is not None
+    return {name: saved[name].clone() for name in TILES}
+
+
+@pytest.mark.parametrize("arch", [Arch.sm_90, Arch.sm_90a])
+@pytest.mark.parametrize("case", ["g-mixed-off", "g-fast-fused-bsig", "sigmoid-lb5-fused"])
+def test_16_bit_records_decode_to_the_tf32_tiles(arch, case):
+    shipped = chunk_tiles(EmuLoader(arch=arch), case)
+    records = chunk_tiles(Tile16Loader(arch=arch), case)
+    inexact = 0
+    for name, (rows, cols) in TILES.items():
+        nc, h = shipped[name].shape[:2]
+        f32 = shipped[name].reshape(nc, h, -1)[..., offsets(name, arch, False)].double()
+        raw = records[name].reshape(nc, h, -1).view(torch.uint8)
+        half = raw[..., : 2 * rows * cols].contiguous().view(torch.float16)
+        vals = half[..., offsets(name, arch, True)].double()  # [nc, h, rows, cols], scaled
+        E = raw[..., 2 * rows * cols : 2 * rows * cols + rows].to(torch.int64)  # [nc, h, rows]
+        up = torch.pow(2.0, (E - 141).double())[..., None]
+        decoded = vals * up
+        assert bool(torch.isfinite(vals).all()), name
+        # each row's exponent: its largest |TF32 value| scaled into [2^14, 2^15), or E = 15 for
+        # rows below that (then the largest is under 2^14 scaled)
+        top = f32.abs().amax(-1) / up[..., 0]
+        assert bool((((top >= 2**14) & (top < 2**15)) | ((E == 15) & (top < 2**14))).all()), name
+        normal = f32.abs() / up >= 2**-14
+        assert torch.equal(decoded[normal], f32[normal]), f"{name}: a normal value changed"
+        tiny = ~normal
+        err = (decoded - f32).abs()[tiny]
+        assert bool((err <= 2**-25 * up.expand_as(f32)[tiny]).all()), f"{name}: {err.max()}"
+        inexact += int((decoded != f32).sum())
+    if case == "g-fast-fused-bsig":  # fast decay: Kd^T's rows span more than fp16's normal range
+        assert inexact > 0, "no value below the normal range: the bound above went unchecked"
