@@ -402,6 +402,10 @@ _CHUNK_HALF_4 = _CHUNK_HALF_QA + [
     (_KD_ST, "if (d < 64) " + _KD_ST),
     (_W_ST, "if (!isW || mi < 2) {" + _W_ST + "}"),
 ]
+# kda_fwd_chunk writing W, Qg, Kd^T and Aqk as the 16-bit records of cake/tile16.cuh (kTile16: the
+# byte diet's writer, row maxima and conversions included; no shipped reader takes them yet, so
+# this is the writer's cost and bytes only)
+_CHUNK_TILE16 = [("constexpr bool kTile16 = false;", "constexpr bool kTile16 = true;")]
 _STATE_QA = [
     ("Qg + ((long long)ci * H + h) * 8192, 32768", "Qg + ((long long)ci * H + h) * 8192, 16384"),
     ("Aqk + ((long long)ci * H + h) * 4096, 16384", "Aqk + ((long long)ci * H + h) * 4096, 8192"),
@@ -669,16 +673,18 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_chunk.gate-g.l2n-off.sm_90a": {
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
+        "tile16": _CHUNK_TILE16,
         **FWD_CHUNK_STORES,
         **FWD_CHUNK_PHASES,
     },
-    "fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a": _FUSED_FWD,
+    "fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a": {**_FUSED_FWD, "tile16": _CHUNK_TILE16},
     "fwd_chunk.gate-g.l2n-fused.sm_90a": _FUSED_FWD,
     "fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a": {
         **FWD_CHUNK_STORES,
         **FWD_CHUNK_PHASES,
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
+        "tile16": _CHUNK_TILE16,
     },
     "bwd_state.sm_90a": {
         "halfqa": _BSTATE_QA,
