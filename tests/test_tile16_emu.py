@@ -67,21 +67,21 @@ def pkinv(r: torch.Tensor) -> torch.Tensor:
     return (r & ~7) + 2 * (r & 3) + ((r >> 2) & 1)
 
 
-def t16_idx(rows: int, r: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """cake_t16_idx<rows>: the f16 wgmma image (half offsets), rows in their natural order."""
-    return (k >> 6) * (rows * 64) + r * 64 + ((((k >> 3) & 7) ^ (r & 7)) << 3) + (k & 7)
+def stored_row(name: str, arch: Arch) -> torch.Tensor:
+    """Where each logical row is stored: its image row on sm_90a (W's and Kd^T's in pk order)."""
+    r = torch.arange(TILES[name][0])
+    return pkinv(r) if arch is Arch.sm_90a and name in ("W", "Kd") else r
 
 
-def offsets(name: str, arch: Arch, sixteen: bool) -> torch.Tensor:
-    """[rows, cols] offsets of each logical element in a tile's slot."""
+def offsets(name: str, arch: Arch) -> torch.Tensor:
+    """[rows, cols] element offsets of each logical element in a tile's fp32 form, which the
+    16-bit record keeps (cake/tile16.cuh)."""
     rows, cols = TILES[name]
     r = torch.arange(rows)[:, None].expand(rows, cols)
     c = torch.arange(cols)[None, :].expand(rows, cols)
     if arch is not Arch.sm_90a:
-        return r * cols + c  # the portable programs: row-major in both forms
-    if sixteen:
-        return t16_idx(rows, r, c)
-    return wg_idx(rows, pkinv(r) if name in ("W", "Kd") else r, c)
+        return r * cols + c  # the portable programs: row-major
+    return wg_idx(rows, stored_row(name, arch)[:, None].expand(rows, cols), c)
 
 
 def chunk_tiles(loader: EmuLoader, case: str) -> dict[str, torch.Tensor]:
@@ -101,11 +101,13 @@ def test_16_bit_records_decode_to_the_tf32_tiles(arch, case):
     inexact = 0
     for name, (rows, cols) in TILES.items():
         nc, h = shipped[name].shape[:2]
-        f32 = shipped[name].reshape(nc, h, -1)[..., offsets(name, arch, False)].double()
+        at = offsets(name, arch)
+        f32 = shipped[name].reshape(nc, h, -1)[..., at].double()
         raw = records[name].reshape(nc, h, -1).view(torch.uint8)
         half = raw[..., : 2 * rows * cols].contiguous().view(torch.float16)
-        vals = half[..., offsets(name, arch, True)].double()  # [nc, h, rows, cols], scaled
-        E = raw[..., 2 * rows * cols : 2 * rows * cols + rows].to(torch.int64)  # [nc, h, rows]
+        vals = half[..., at].double()  # [nc, h, rows, cols], scaled
+        E = raw[..., 2 * rows * cols : 2 * rows * cols + rows].to(torch.int64)  # by stored row
+        E = E[..., stored_row(name, arch)]  # [nc, h, rows], logical
         up = torch.pow(2.0, (E - 141).double())[..., None]
         decoded = vals * up
         assert bool(torch.isfinite(vals).all()), name

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_103a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_103a
-// identity: sha256:afb262b19d40f49862e20cd552670949230f453e04f21d524ccaec1f27446b0c
+// identity: sha256:46c9095eeb9d8f24f7235ad15e5883d8da59596bd8e9fce6988e88506f07623a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -282,13 +282,19 @@ __device__ __forceinline__ void cake_halve(float (&v)[M], int lane) {
 // scale per row. Plain C++ apart from cake/f16.cuh's conversion (the CPU emulator has its twin).
 //
 // A record of a ROWS x COLS tile, CAKE_T16_BYTES(ROWS, COLS) bytes:
-//   fp16 [ROWS][COLS] at cake_t16_idx (sm_90a) or row-major (the portable programs)
-//                     TF32(x) * 2^(141 - E_row), as cake/state16.cuh scales a group of S: exact
-//                     (fp16 keeps TF32's 11 significant bits) wherever the scaled value is normal,
-//                     >= 2^-14, i.e. >= 2^-28 of the row's largest; below it the error is at most
-//                     2^-25 * 2^(E - 141), < 2^-39 of the row's largest
-//   u8 E [ROWS]       at byte 2 ROWS COLS: E = cake_s16_exp(the row's largest |TF32(x)|), so that
-//                     the largest scaled value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
+//   fp16 [ROWS][COLS] at the element offsets of the tile's fp32 form (sm_90a: kda_fwd_state's
+//                     image of it, cake/chunk_image.cuh; the portable programs: row-major), so a
+//                     reader widens 16 bytes of the record into the 32 bytes of its fp32 tile at the
+//                     same element offset, with no index arithmetic: TF32(x) * 2^(141 - E), as
+//                     cake/state16.cuh scales a group of S; exact (fp16 keeps TF32's 11
+//                     significant bits) wherever the scaled value is normal, >= 2^-14, i.e. >= 2^-28
+//                     of its row's largest; below it the error is at most 2^-25 * 2^(E - 141),
+//                     < 2^-39 of the row's largest
+//   u8 E [ROWS]       at byte 2 ROWS COLS, indexed by where the row is stored: its image row on
+//                     sm_90a (pkinv(r) for W and Kd^T, r for Qg and Aqk; element offset o lies in
+//                     image row (o / 32) % ROWS), r in the portable programs (o / COLS):
+//                     E = cake_s16_exp(the row's largest |TF32(x)|), so that the largest scaled
+//                     value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
 // padded to 16 bytes, so that one bulk copy takes a record whole.
 // ---- begin cake/state16.cuh ----
 
@@ -351,15 +357,6 @@ __device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_
 
 #define CAKE_T16_BYTES(rows, cols) ((2 * (rows) * (cols) + (rows) + 15) / 16 * 16)
 
-// sm_90a: wgmma's K-major 128-byte-swizzled f16 operand layout, in halves: panels of 64 columns,
-// each row's 16-byte pieces (8 values) XOR-swizzled by row & 7. Rows in their natural order: an f16
-// accumulator is already its next product's A fragment, so no row permutation is needed (the
-// TF32 images order W's and Kd^T's rows by pk for that reason).
-template <int ROWS>
-__device__ __forceinline__ int cake_t16_idx(int row, int k) {
-    return (k >> 6) * (ROWS * 64) + row * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7);
-}
-
 // Two TF32 values of one row, scaled by the row's 2^(141 - E) (cake_s16_down(E)), as one f16x2
 // word: lo at the lower column.
 __device__ __forceinline__ unsigned int cake_t16_pack(float lo, float hi, float down) {
@@ -394,13 +391,10 @@ __device__ __forceinline__ int out_u(int r, int v) { return r * 128 + v; }
 __device__ __forceinline__ int out_qg(int r, int k) { return r * 128 + k; }
 __device__ __forceinline__ int out_kd(int d, int r) { return d * 64 + r; }
 __device__ __forceinline__ int out_aqk(int r, int c) { return r * 64 + c; }
-__device__ __forceinline__ int out16_w(int r, int k) { return r * 128 + k; }
-__device__ __forceinline__ int out16_qg(int r, int k) { return r * 128 + k; }
-__device__ __forceinline__ int out16_kd(int d, int r) { return d * 64 + r; }
-__device__ __forceinline__ int out16_aqk(int r, int c) { return r * 64 + c; }
+__device__ __forceinline__ int erow_pk(int r) { return r; }
 
-// W, Qg, Kd^T and Aqk as 16-bit records (cake/tile16.cuh), each at the start of its tile's fp32
-// slot: the byte diet's first step (docs/wgmma-plan.md). No state pass reads the records yet, so
+// W, Qg, Kd^T and Aqk as 16-bit records (cake/tile16.cuh: fp16 at the fp32 form's element
+// offsets, out_*, then a row exponent byte each), each at the start of its tile's fp32 slot: the byte diet's first step (docs/wgmma-plan.md). No state pass reads the records yet, so
 // the shipped programs keep this off; tests/test_tile16_emu.py turns it on and decodes them.
 constexpr bool kTile16 = false;
 
@@ -874,8 +868,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             if constexpr (kTile16) {  // a warp holds the whole row
                 const unsigned int e = cake_s16_exp(cake_t16_group_max<32>(cake_t16_max4(y.x, y.y, y.z, y.w)));
                 unsigned short* rec = reinterpret_cast<unsigned short*>(out);
-                cake_t16_store4(rec + out16_qg(r, 4 * c4), y, cake_s16_down(e));
-                if (lane == 0) reinterpret_cast<unsigned char*>(rec)[2 * 64 * 128 + r] = (unsigned char)e;
+                cake_t16_store4(rec + out_qg(r, 4 * c4), y, cake_s16_down(e));
+                if (c4 == 0) reinterpret_cast<unsigned char*>(rec)[2 * 64 * 128 + r] = (unsigned char)e;
             } else {
                 cake_st_global_v4(out + out_qg(r, 4 * c4), y);
             }
@@ -904,8 +898,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         if constexpr (kTile16) {  // a half warp holds the whole row (key d)
             const unsigned int e = cake_s16_exp(cake_t16_group_max<16>(cake_t16_max4(y[0], y[1], y[2], y[3])));
             unsigned short* rec = reinterpret_cast<unsigned short*>(Kd + ws * 8192);
-            cake_t16_store4(rec + out16_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]), cake_s16_down(e));
-            if ((lane & 15) == 0) reinterpret_cast<unsigned char*>(rec)[2 * 128 * 64 + d] = (unsigned char)e;
+            cake_t16_store4(rec + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]), cake_s16_down(e));
+            if ((lane & 15) == 0) reinterpret_cast<unsigned char*>(rec)[2 * 128 * 64 + erow_pk(d)] = (unsigned char)e;
         } else {
             cake_st_global_v4(Kd + ws * 8192 + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));
         }
@@ -952,7 +946,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             if constexpr (kTile16) {  // a half warp holds the whole row
                 const unsigned int e = cake_s16_exp(cake_t16_group_max<16>(cake_t16_max4(y.x, y.y, y.z, y.w)));
                 unsigned short* rec = reinterpret_cast<unsigned short*>(aout);
-                cake_t16_store4(rec + out16_aqk(r, 4 * c4), y, cake_s16_down(e));
+                cake_t16_store4(rec + out_aqk(r, 4 * c4), y, cake_s16_down(e));
                 if (c4 == 0) reinterpret_cast<unsigned char*>(rec)[2 * 64 * 64 + r] = (unsigned char)e;
             } else {
                 cake_st_global_v4(aout + out_aqk(r, 4 * c4), y);
@@ -1104,7 +1098,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                     if (t == 0) wmax[(16 * mi + 8 * hh + g) * 8 + warp] = m;
                 }
             __syncthreads();
+            // (rows 16 mi + g, + 8 a constant step from row g, as for the fp32 stores below)
             unsigned short* rec = reinterpret_cast<unsigned short*>(W + ws * 8192);
+            const int step8 = out_w(8, 0) - out_w(0, 0), step16 = out_w(16, 0) - out_w(0, 0);
+            const int o0 = out_w(g, cb + 2 * t), o1 = out_w(g, cb + 8 + 2 * t);
 #pragma unroll
             for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
@@ -1115,9 +1112,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                     const float down = cake_s16_down(e);
 #pragma unroll
                     for (int ni = 0; ni < 2; ++ni)
-                        *reinterpret_cast<unsigned int*>(rec + out16_w(r, cb + 8 * ni + 2 * t)) =
+                        *reinterpret_cast<unsigned int*>(rec + (ni ? o1 : o0) + mi * step16 + hh * step8) =
                             cake_t16_pack(acc[mi][ni][2 * hh], acc[mi][ni][2 * hh + 1], down);
-                    if (warp == 0 && t == 0) reinterpret_cast<unsigned char*>(rec)[2 * 64 * 128 + r] = (unsigned char)e;
+                    if (warp == 0 && t == 0) reinterpret_cast<unsigned char*>(rec)[2 * 64 * 128 + erow_pk(r)] = (unsigned char)e;
                 }
         }
         // Rows 16 mi + g and + 8 lie a constant step from row g in either layout (both repeat

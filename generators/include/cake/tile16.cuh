@@ -4,26 +4,23 @@
 // scale per row. Plain C++ apart from cake/f16.cuh's conversion (the CPU emulator has its twin).
 //
 // A record of a ROWS x COLS tile, CAKE_T16_BYTES(ROWS, COLS) bytes:
-//   fp16 [ROWS][COLS] at cake_t16_idx (sm_90a) or row-major (the portable programs)
-//                     TF32(x) * 2^(141 - E_row), as cake/state16.cuh scales a group of S: exact
-//                     (fp16 keeps TF32's 11 significant bits) wherever the scaled value is normal,
-//                     >= 2^-14, i.e. >= 2^-28 of the row's largest; below it the error is at most
-//                     2^-25 * 2^(E - 141), < 2^-39 of the row's largest
-//   u8 E [ROWS]       at byte 2 ROWS COLS: E = cake_s16_exp(the row's largest |TF32(x)|), so that
-//                     the largest scaled value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
+//   fp16 [ROWS][COLS] at the element offsets of the tile's fp32 form (sm_90a: kda_fwd_state's
+//                     image of it, cake/chunk_image.cuh; the portable programs: row-major), so a
+//                     reader widens 16 bytes of the record into the 32 bytes of its fp32 tile at the
+//                     same element offset, with no index arithmetic: TF32(x) * 2^(141 - E), as
+//                     cake/state16.cuh scales a group of S; exact (fp16 keeps TF32's 11
+//                     significant bits) wherever the scaled value is normal, >= 2^-14, i.e. >= 2^-28
+//                     of its row's largest; below it the error is at most 2^-25 * 2^(E - 141),
+//                     < 2^-39 of the row's largest
+//   u8 E [ROWS]       at byte 2 ROWS COLS, indexed by where the row is stored: its image row on
+//                     sm_90a (pkinv(r) for W and Kd^T, r for Qg and Aqk; element offset o lies in
+//                     image row (o / 32) % ROWS), r in the portable programs (o / COLS):
+//                     E = cake_s16_exp(the row's largest |TF32(x)|), so that the largest scaled
+//                     value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
 // padded to 16 bytes, so that one bulk copy takes a record whole.
 #include "cake/state16.cuh"
 
 #define CAKE_T16_BYTES(rows, cols) ((2 * (rows) * (cols) + (rows) + 15) / 16 * 16)
-
-// sm_90a: wgmma's K-major 128-byte-swizzled f16 operand layout, in halves: panels of 64 columns,
-// each row's 16-byte pieces (8 values) XOR-swizzled by row & 7. Rows in their natural order: an f16
-// accumulator is already its next product's A fragment, so no row permutation is needed (the
-// TF32 images order W's and Kd^T's rows by pk for that reason).
-template <int ROWS>
-__device__ __forceinline__ int cake_t16_idx(int row, int k) {
-    return (k >> 6) * (ROWS * 64) + row * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7);
-}
 
 // Two TF32 values of one row, scaled by the row's 2^(141 - E) (cake_s16_down(E)), as one f16x2
 // word: lo at the lower column.
