@@ -1,12 +1,14 @@
-"""The byte diet's first step (docs/wgmma-plan.md): kda_fwd_chunk with kTile16 on writes W, Qg,
-Kd^T and Aqk as 16-bit records (generators/include/cake/tile16.cuh). Decoded here from the format
-alone, each record must give back the TF32 tile the shipped program writes: bit for bit wherever
-the scaled value is an fp16 normal, within 2^-25 of the row's scale below that, with each row's
-exponent byte putting its largest value in fp16's top binade. No state pass reads the records yet
-(the shipped programs keep kTile16 off), so only kda_fwd_chunk runs here with it on."""
+"""The byte diet (docs/wgmma-plan.md): kda_fwd_chunk with kTile16WK / kTile16QA on writes W and
+Kd^T / Qg and Aqk as 16-bit records (generators/include/cake/tile16.cuh). Decoded here from the
+format alone, each record must give back the TF32 tile the shipped program writes: bit for bit
+wherever the scaled value is an fp16 normal, within 2^-25 of the row's scale below that, with each
+row's exponent byte putting its largest value in fp16's top binade. Readers that take the records
+(kda_fwd_state's warpgroup 1 on sm_90a: Qg and Aqk) must then give the shipped outputs. Not every
+reader takes them yet, so the shipped programs keep the switches off."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,13 +24,13 @@ import cake.kda.forward as forward_module  # noqa: E402
 from cake.spec import Arch  # noqa: E402
 from tools.emu import compiler  # noqa: E402
 from tools.emu.check import CASES, case_inputs, config_for  # noqa: E402
-from tools.emu.loader import EmuLoader, EmuModule, Program, emulate  # noqa: E402
+from tools.emu.loader import EmuLoader, EmuModule, Options, Program, emulate  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not compiler.available(), reason=f"no C++ compiler {compiler.compiler()!r} for tools/emu"
 )
 
-SWITCH = "constexpr bool kTile16 = false;"
+WK, QA = "kTile16WK", "kTile16QA"
 TILES = {"W": (64, 128), "Qg": (64, 128), "Kd": (128, 64), "Aqk": (64, 64)}  # rows, columns
 
 
@@ -43,19 +45,29 @@ class _Skipped:
 
 
 class Tile16Loader(EmuLoader):
-    """kda_fwd_chunk rendered with kTile16 on; every other program of the forward skipped."""
+    """The programs whose record starts with a key of `switches` rendered with those switches on;
+    with `only`, every other program skipped (kernels that do nothing)."""
+
+    def __init__(self, switches: dict[str, tuple[str, ...]], only: bool = False, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.switches, self.only = switches, only
+
+    def _switched(self, record: str) -> tuple[str, ...] | None:
+        return next((s for key, s in self.switches.items() if record.startswith(key)), None)
 
     def program(self, package: str, record: str) -> Program:
         program = super().program(package, record)
-        if not record.startswith("fwd_chunk."):
-            return program
-        assert SWITCH in program.text, f"{SWITCH!r} is not in {record}: update the test"
-        return Program(program.entry, program.text.replace(SWITCH, SWITCH.replace("false", "true")))
+        text = program.text
+        for name in self._switched(record) or ():
+            off = f"constexpr bool {name} = false;"
+            assert off in text, f"{off!r} is not in {record}: update the test"
+            text = text.replace(off, off.replace("false", "true"))
+        return Program(program.entry, text)
 
     def module(self, package: str, record: str, device: int = 0) -> EmuModule:
-        if record.startswith("fwd_chunk."):
-            return super().module(package, record, device)
-        return _Skipped()  # type: ignore[return-value]
+        if self.only and self._switched(record) is None:
+            return _Skipped()  # type: ignore[return-value]
+        return super().module(package, record, device)
 
 
 def wg_idx(rows: int, r: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -97,7 +109,7 @@ def chunk_tiles(loader: EmuLoader, case: str) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("case", ["g-mixed-off", "g-fast-fused-bsig", "sigmoid-lb5-fused"])
 def test_16_bit_records_decode_to_the_tf32_tiles(arch, case):
     shipped = chunk_tiles(EmuLoader(arch=arch), case)
-    records = chunk_tiles(Tile16Loader(arch=arch), case)
+    records = chunk_tiles(Tile16Loader({"fwd_chunk.": (WK, QA)}, only=True, arch=arch), case)
     inexact = 0
     for name, (rows, cols) in TILES.items():
         nc, h = shipped[name].shape[:2]
@@ -123,3 +135,36 @@ def test_16_bit_records_decode_to_the_tf32_tiles(arch, case):
         inexact += int((decoded != f32).sum())
     if case == "g-fast-fused-bsig":  # fast decay: Kd^T's rows span more than fp16's normal range
         assert inexact > 0, "no value below the normal range: the bound above went unchecked"
+
+
+def forward_o(
+    loader: EmuLoader, case: str, segments: int | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    inp, _, _ = case_inputs(CASES[case], lengths=[300, 65, 1])
+    config = dataclasses.replace(config_for(inp), segments=segments)
+    args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
+    with emulate(loader):
+        o, ht, *_ = forward_module.forward(*args, config)
+    return o, ht
+
+
+@pytest.mark.parametrize(
+    "segments, schedule",
+    [(None, 0), (2, 0), (2, 1), (2, 7)],
+    ids=["serial", "split", "desc", "shuf"],
+)
+@pytest.mark.parametrize("case", ["g-mixed-off", "sigmoid-lb5-fused"])
+def test_fwd_state_reads_16_bit_qg_and_aqk(case, segments, schedule):
+    """kda_fwd_state (sm_90a) with Qg and Aqk as records, widened in place by its warpgroup 1
+    (serial calls and the split calls' fix-up): o and the final state as shipped, bit for bit,
+    where every value of the two tiles is exact in 16 bits (as here), also with its threads run in
+    other orders (a widening write before another thread's read of the record changes bits)."""
+    shipped = forward_o(EmuLoader(arch=Arch.sm_90a), case, segments)
+    loader = Tile16Loader(
+        {"fwd_chunk.": (QA,), "fwd_state": (QA,)},
+        arch=Arch.sm_90a,
+        options=Options(schedule=schedule),
+    )
+    records = forward_o(loader, case, segments)
+    for a, b in zip(shipped, records, strict=True):
+        assert torch.equal(a, b)

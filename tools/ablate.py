@@ -405,7 +405,10 @@ _CHUNK_HALF_4 = _CHUNK_HALF_QA + [
 # kda_fwd_chunk writing W, Qg, Kd^T and Aqk as the 16-bit records of cake/tile16.cuh (kTile16: the
 # byte diet's writer, row maxima and conversions included; no shipped reader takes them yet, so
 # this is the writer's cost and bytes only)
-_CHUNK_TILE16 = [("constexpr bool kTile16 = false;", "constexpr bool kTile16 = true;")]
+_CHUNK_TILE16 = [
+    (f"constexpr bool {s} = false;", f"constexpr bool {s} = true;")
+    for s in ("kTile16WK", "kTile16QA")
+]
 _STATE_QA = [
     ("Qg + ((long long)ci * H + h) * 8192, 32768", "Qg + ((long long)ci * H + h) * 8192, 16384"),
     ("Aqk + ((long long)ci * H + h) * 4096, 16384", "Aqk + ((long long)ci * H + h) * 4096, 8192"),

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_100a
-// identity: sha256:062ac34ec6ba455b63a0bc49643f7401b4f392f2ddcf606182f583b3768a3c40
+// identity: sha256:606fa103bfed15d5428671e5e912df189cd2fbdce49120524064ff6bfa98916b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -379,6 +379,36 @@ __device__ __forceinline__ float cake_t16_group_max(float m) {
 __device__ __forceinline__ void cake_t16_store4(unsigned short* p, float4 y, float down) {
     *reinterpret_cast<uint2*>(p) = make_uint2(cake_t16_pack(y.x, y.y, down), cake_t16_pack(y.z, y.w, down));
 }
+
+// A record widened in place into its tile's fp32 form: the record sits in the top
+// CAKE_T16_BYTES(ROWS, COLS) bytes of the tile's 4 ROWS COLS, where one bulk copy put it. NT threads
+// (index tw) each read their 4-value pieces (8 bytes of the record, 16 of the tile: piece u of both
+// at the same place) and rows' factors 2^(E - 141), meet at sync() (every read done: the writes
+// below overwrite the record), then write the pieces as fp32. IMAGE: the tile is an sm_90a image
+// (piece u in image row (u / 8) % ROWS), else row-major. The caller orders the writes before
+// their readers (a proxy fence before wgmma, and a barrier).
+template <int ROWS, int COLS, int NT, bool IMAGE, class Sync>
+__device__ __forceinline__ void cake_t16_widen(float* tile, int tw, Sync sync) {
+    constexpr int kPieces = ROWS * COLS / 4, kPer = kPieces / NT;
+    static_assert(kPieces % NT == 0, "cake_t16_widen: whole pieces per thread");
+    const unsigned char* rec =
+        reinterpret_cast<const unsigned char*>(tile) + 4 * ROWS * COLS - CAKE_T16_BYTES(ROWS, COLS);
+    uint2 h[kPer];
+    float up[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int u = tw + NT * k;
+        h[k] = reinterpret_cast<const uint2*>(rec)[u];
+        const int row = IMAGE ? (u >> 3) & (ROWS - 1) : 4 * u / COLS;
+        up[k] = cake_s16_up(rec[2 * ROWS * COLS + row]);
+    }
+    sync();
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const float2 a = cake_f16x2_to_f32(h[k].x), b = cake_f16x2_to_f32(h[k].y);
+        reinterpret_cast<float4*>(tile)[tw + NT * k] = make_float4(a.x * up[k], a.y * up[k], b.x * up[k], b.y * up[k]);
+    }
+}
 // ---- end cake/tile16.cuh ----
 
 namespace {
@@ -393,10 +423,12 @@ __device__ __forceinline__ int out_kd(int d, int r) { return d * 64 + r; }
 __device__ __forceinline__ int out_aqk(int r, int c) { return r * 64 + c; }
 __device__ __forceinline__ int erow_pk(int r) { return r; }
 
-// W, Qg, Kd^T and Aqk as 16-bit records (cake/tile16.cuh: fp16 at the fp32 form's element
-// offsets, out_*, then a row exponent byte each), each at the start of its tile's fp32 slot: the byte diet's first step (docs/wgmma-plan.md). No state pass reads the records yet, so
-// the shipped programs keep this off; tests/test_tile16_emu.py turns it on and decodes them.
-constexpr bool kTile16 = false;
+// W and Kd^T (kTile16WK), Qg and Aqk (kTile16QA) as 16-bit records (cake/tile16.cuh: fp16 at
+// the fp32 form's element offsets, out_*, then a row exponent byte each), each at the start of
+// its tile's fp32 slot: the byte diet (docs/wgmma-plan.md). Not every reader takes the records
+// yet, so the shipped programs keep both off; tests/test_tile16_emu.py turns them on.
+constexpr bool kTile16WK = false;
+constexpr bool kTile16QA = false;
 
 constexpr bool kL2Norm = true;
 constexpr int kGate = 0;
@@ -865,7 +897,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = rtf32(m * x[1] * cake_ex2(gg.y));
             y.z = rtf32(m * x[2] * cake_ex2(gg.z));
             y.w = rtf32(m * x[3] * cake_ex2(gg.w));
-            if constexpr (kTile16) {  // a warp holds the whole row
+            if constexpr (kTile16QA) {  // a warp holds the whole row
                 const unsigned int e = cake_s16_exp(cake_t16_group_max<32>(cake_t16_max4(y.x, y.y, y.z, y.w)));
                 unsigned short* rec = reinterpret_cast<unsigned short*>(out);
                 cake_t16_store4(rec + out_qg(r, 4 * c4), y, cake_s16_down(e));
@@ -895,7 +927,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const float kv = cake_ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
             y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
         }
-        if constexpr (kTile16) {  // a half warp holds the whole row (key d)
+        if constexpr (kTile16WK) {  // a half warp holds the whole row (key d)
             const unsigned int e = cake_s16_exp(cake_t16_group_max<16>(cake_t16_max4(y[0], y[1], y[2], y[3])));
             unsigned short* rec = reinterpret_cast<unsigned short*>(Kd + ws * 8192);
             cake_t16_store4(rec + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]), cake_s16_down(e));
@@ -943,7 +975,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = 4 * c4 + 1 <= r ? rtf32(a.y) : 0.f;
             y.z = 4 * c4 + 2 <= r ? rtf32(a.z) : 0.f;
             y.w = 4 * c4 + 3 <= r ? rtf32(a.w) : 0.f;
-            if constexpr (kTile16) {  // a half warp holds the whole row
+            if constexpr (kTile16QA) {  // a half warp holds the whole row
                 const unsigned int e = cake_s16_exp(cake_t16_group_max<16>(cake_t16_max4(y.x, y.y, y.z, y.w)));
                 unsigned short* rec = reinterpret_cast<unsigned short*>(aout);
                 cake_t16_store4(rec + out_aqk(r, 4 * c4), y, cake_s16_down(e));
@@ -1077,7 +1109,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 }
             }
         }
-        if constexpr (kTile16) {
+        if constexpr (kTile16WK) {
             // W's 16-bit record: each row's largest |TF32| over this warp's 16 columns (a quad's
             // lanes share the rows), then over the eight warps through q's tile (free since Qg was
             // written), [64 rows][8 warps]
@@ -1120,7 +1152,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
         // Rows 16 mi + g and + 8 lie a constant step from row g in either layout (both repeat
         // every 8 rows), so one offset per n-tile: with one per element the g program spilled.
 #pragma unroll
-        for (int ni = kTile16 ? 2 : 0; ni < 4; ++ni) {
+        for (int ni = kTile16WK ? 2 : 0; ni < 4; ++ni) {
             const bool isW = ni < 2;
             const int col = cb + 8 * (ni & 1) + 2 * t;
             float* const out = (isW ? W : U) + ws * 8192 + (isW ? out_w(g, col) : out_u(g, col));

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_100a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_100a
-// identity: sha256:1ee64d82dc9fda7b9f10418fc9b0a6fe3521303d3ca144bf1f87ab0dde59d517
+// identity: sha256:2c4b52d90b64d4cf101632b1a2ba1cf8c66f1b2ebb042aff9d0ac4241020fadb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

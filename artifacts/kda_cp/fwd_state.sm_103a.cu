@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_103a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_103a
-// identity: sha256:4fc3a3f899e80fd683312f6283a937364cd4502f67ad72f9c8819339ecf2b98b
+// identity: sha256:60248543223df0ab491abba2fd40b82594bdece4c0520a0d1844bf9b36ddacde
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_107a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_107a
-// identity: sha256:625a9da503a5964f66e1c4c71b076fc20805e440ffe045d6e4dfca72209f13ef
+// identity: sha256:78346ab8da31802b30450ba36d517ff0f5a7a0302be24e7321c59d6168a3c611
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90 by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90
-// identity: sha256:398589385c17ff3e9a832fe033b9021c140fa394b0a264431c6fe7c82aba8aaf
+// identity: sha256:19ebf651cc6c356727f84bece7a4ace7d41ff526b126a3e380047cc45614e3d9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

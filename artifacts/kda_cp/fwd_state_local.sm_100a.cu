@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_100a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_100a
-// identity: sha256:b4021d2e89bbab41129ca6e9cfec04d29f8f11d872340d6441f3be6f310f94bd
+// identity: sha256:25815d11ac9f9695e97bf77bc3d2e4f01f2d4b384d2967bba969f3811d5678d6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

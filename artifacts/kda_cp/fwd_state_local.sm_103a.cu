@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_103a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_103a
-// identity: sha256:a33e41cc7cc3ba0cdccbf558886b860bf1941d6a62657639893a15de1db66a4d
+// identity: sha256:45c1b4b6a23b2e05cdb418f66e5b591ec84eb4c3d32d32a6a0db662d535247f6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

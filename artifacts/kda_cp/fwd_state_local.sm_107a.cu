@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:a8e11db2ad44c5336449dede640ef10a35565ee5bb68ec833943114b94d02bb6
+// identity: sha256:1f7ff7597c635051d63b6f58bd0b3f482d14d720eaf985d0cf49f61fb5e8ecc5
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90 by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90
-// identity: sha256:0dc2427cdd4316e284114d5ae1fb359d05c027027757097e0f6a0abf8c0dea86
+// identity: sha256:451f3fc2863b12f880e5936fa505c3387a4e4295496da45b7f5f3ae6191d9111
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

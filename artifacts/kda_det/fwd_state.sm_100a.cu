@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_100a
-// identity: sha256:fd0599bd2f11b1ca23beb2e568bdaa17c2b78c84eea5fe8921a25df75d9adfd1
+// identity: sha256:7a3e84d76438ee3e5ec3993132d4d5b95f0ae63f5c8b1aa941aa55a40deb5bf6
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_103a
-// identity: sha256:40eabc4657b74d5c8148c83f55cd092b5896d61743c6301274bd8dced13cd033
+// identity: sha256:0e9163019d789bb16cb134831b4ac5ee9ef71e785b2a43409c75fe86d2c9ffe1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:58dc8d341e9e550c2799bd9c19c314b11196c3e1dad9e5a0e9e4e3868f8929e8
+// identity: sha256:bf750d60abd6d94b3cb072d2cdaefafdd48d2d10a53b94b78c8e9f81b0fa03cb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

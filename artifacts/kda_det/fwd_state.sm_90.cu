@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90
-// identity: sha256:d86d39ff8d475f0049efb69265e8efbbbbdd91c817d4cfd52adfef19e4e4ac02
+// identity: sha256:32cf41c7ed7e7d4d10829b26fdc693506a1d64041e131453047fcf1ef3b4a73e
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_100a
-// identity: sha256:f5cd6bc136ec6ec8719c63cf308a21bd877220c89b606f0e0ca1fef68b59e2ff
+// identity: sha256:862be16d7a75507c6f49e219c1ac6ea436e57a9c2c5e6fe31692bce62b44f2b3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:e1efcfd2b528ba19c598675651a2a2633cdd0c4c1a85ce8c6c434d723286a727
+// identity: sha256:dc75559fcedf50b1ef0ab23500b09d093ef9339230a156750b44cce401b42dee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_107a
-// identity: sha256:8f70d4e79aaadebc89575b2627ec93d7d7c0762c481be54781365b74a21a553c
+// identity: sha256:5b896c1200d83a7d49236794c5b51bba37e7802787acb81000745740554b22c0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

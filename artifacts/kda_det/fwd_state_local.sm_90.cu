@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90
-// identity: sha256:9a0890874878e963f4956dc7161f204df569be8e029a65dc5740c39a83456c8f
+// identity: sha256:b7c2119b79a6d56e99c0dc449bcabdafadf8557c713bc22eb115cbc9e157b6ec
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

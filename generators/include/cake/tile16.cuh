@@ -44,3 +44,33 @@ __device__ __forceinline__ float cake_t16_group_max(float m) {
 __device__ __forceinline__ void cake_t16_store4(unsigned short* p, float4 y, float down) {
     *reinterpret_cast<uint2*>(p) = make_uint2(cake_t16_pack(y.x, y.y, down), cake_t16_pack(y.z, y.w, down));
 }
+
+// A record widened in place into its tile's fp32 form: the record sits in the top
+// CAKE_T16_BYTES(ROWS, COLS) bytes of the tile's 4 ROWS COLS, where one bulk copy put it. NT threads
+// (index tw) each read their 4-value pieces (8 bytes of the record, 16 of the tile: piece u of both
+// at the same place) and rows' factors 2^(E - 141), meet at sync() (every read done: the writes
+// below overwrite the record), then write the pieces as fp32. IMAGE: the tile is an sm_90a image
+// (piece u in image row (u / 8) % ROWS), else row-major. The caller orders the writes before
+// their readers (a proxy fence before wgmma, and a barrier).
+template <int ROWS, int COLS, int NT, bool IMAGE, class Sync>
+__device__ __forceinline__ void cake_t16_widen(float* tile, int tw, Sync sync) {
+    constexpr int kPieces = ROWS * COLS / 4, kPer = kPieces / NT;
+    static_assert(kPieces % NT == 0, "cake_t16_widen: whole pieces per thread");
+    const unsigned char* rec =
+        reinterpret_cast<const unsigned char*>(tile) + 4 * ROWS * COLS - CAKE_T16_BYTES(ROWS, COLS);
+    uint2 h[kPer];
+    float up[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int u = tw + NT * k;
+        h[k] = reinterpret_cast<const uint2*>(rec)[u];
+        const int row = IMAGE ? (u >> 3) & (ROWS - 1) : 4 * u / COLS;
+        up[k] = cake_s16_up(rec[2 * ROWS * COLS + row]);
+    }
+    sync();
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const float2 a = cake_f16x2_to_f32(h[k].x), b = cake_f16x2_to_f32(h[k].y);
+        reinterpret_cast<float4*>(tile)[tw + NT * k] = make_float4(a.x * up[k], a.y * up[k], b.x * up[k], b.y * up[k]);
+    }
+}
