@@ -88,8 +88,8 @@ _FWD_NO_COPY: dict[str, list[tuple[str, str]]] = {
     for n, mb, t in (
         ("w", "mbW", "Ws, W"),
         ("kd", "mbK + b", "Ks + 8192 * b, Kd"),
-        ("qg", "mbQ", "Qs, Qg"),
-        ("aqk", "mbA", "As, Aqk"),
+        ("qg", "mbQ", "Qs + (32768 - kQBytes) / 4, Qg"),
+        ("aqk", "mbA", "As + (16384 - kABytes) / 4, Aqk"),
     )
 }
 _FWD_NO_COPY["u"] = [
@@ -410,9 +410,18 @@ _CHUNK_TILE16 = [
     for s in ("kTile16WK", "kTile16QA")
 ]
 _STATE_QA = [
-    ("Qg + ((long long)ci * H + h) * 8192, 32768", "Qg + ((long long)ci * H + h) * 8192, 16384"),
-    ("Aqk + ((long long)ci * H + h) * 4096, 16384", "Aqk + ((long long)ci * H + h) * 4096, 8192"),
+    (
+        "constexpr unsigned int kQBytes = kTile16QA ? CAKE_T16_BYTES(64, 128) : 32768;",
+        "constexpr unsigned int kQBytes = 16384;",
+    ),
+    (
+        "constexpr unsigned int kABytes = kTile16QA ? CAKE_T16_BYTES(64, 64) : 16384;",
+        "constexpr unsigned int kABytes = 8192;",
+    ),
 ]
+# kda_fwd_state reading Qg and Aqk as 16-bit records widened in place (kTile16QA): the bytes of
+# halfqa with the widening's work
+_STATE_TILE16 = [("constexpr bool kTile16QA = false;", "constexpr bool kTile16QA = true;")]
 _STATE_WK = [
     ("W + ((long long)ci * H + h) * 8192, 32768", "W + ((long long)ci * H + h) * 8192, 16384"),
     ("Kd + ((long long)ci * H + h) * 8192, 32768", "Kd + ((long long)ci * H + h) * 8192, 16384"),
@@ -591,6 +600,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
         "halfqa": _STATE_QA,
         "half4": _STATE_QA + _STATE_WK,
+        "tile16qa": _STATE_TILE16,
         "noprecise": NO_PRECISE,
         "noload": NO_LOAD,
         "nostates": NO_STATES,
