@@ -96,8 +96,46 @@ def offsets(name: str, arch: Arch) -> torch.Tensor:
     return wg_idx(rows, stored_row(name, arch)[:, None].expand(rows, cols), c)
 
 
-def chunk_tiles(loader: EmuLoader, case: str) -> dict[str, torch.Tensor]:
-    inp, _, _ = case_inputs(CASES[case], lengths=[130, 65, 1])
+def decode(
+    name: str, f32_slots: torch.Tensor, record_slots: torch.Tensor, arch: Arch
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A tile's shipped TF32 values, its record decoded from the format alone, and the record's
+    exponent bytes by logical row: [nc, h, rows, cols] (float64) twice, [nc, h, rows]."""
+    rows, cols = TILES[name]
+    nc, h = f32_slots.shape[:2]
+    at = offsets(name, arch)
+    f32 = f32_slots.reshape(nc, h, -1)[..., at].double()
+    raw = record_slots.reshape(nc, h, -1).view(torch.uint8)
+    half = raw[..., : 2 * rows * cols].contiguous().view(torch.float16)
+    vals = half[..., at].double()  # [nc, h, rows, cols], scaled
+    E = raw[..., 2 * rows * cols : 2 * rows * cols + rows].to(torch.int64)  # by stored row
+    E = E[..., stored_row(name, arch)]  # [nc, h, rows], logical
+    return f32, vals * torch.pow(2.0, (E - 141).double())[..., None], E
+
+
+def inexact(shipped: dict[str, torch.Tensor], records: dict[str, torch.Tensor], names: str) -> int:
+    """How many values of the tiles `names` (sm_90a) the records do not carry exactly."""
+    total = 0
+    for name in names.split():
+        f32, decoded, _ = decode(name, shipped[name], records[name], Arch.sm_90a)
+        total += int((decoded != f32).sum())
+    return total
+
+
+def assert_same(want: torch.Tensor, got: torch.Tensor, exact: bool, what: str) -> None:
+    """Bit for bit where the records are exact; else within their error (< 2^-39 of a row's
+    largest value, relative)."""
+    if exact:
+        assert torch.equal(want, got), what
+    else:
+        err = float((want.double() - got.double()).norm() / want.double().norm().clamp_min(1e-30))
+        assert err < 1e-9, (what, err)
+
+
+def chunk_tiles(
+    loader: EmuLoader, case: str, lengths: tuple[int, ...] = (130, 65, 1)
+) -> dict[str, torch.Tensor]:
+    inp, _, _ = case_inputs(CASES[case], lengths=list(lengths))
     args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
     with emulate(loader):
         saved = forward_module.forward(*args, config_for(inp), keep=True)[2]
@@ -111,18 +149,10 @@ def test_16_bit_records_decode_to_the_tf32_tiles(arch, case):
     shipped = chunk_tiles(EmuLoader(arch=arch), case)
     records = chunk_tiles(Tile16Loader({"fwd_chunk.": (WK, QA)}, only=True, arch=arch), case)
     inexact = 0
-    for name, (rows, cols) in TILES.items():
-        nc, h = shipped[name].shape[:2]
-        at = offsets(name, arch)
-        f32 = shipped[name].reshape(nc, h, -1)[..., at].double()
-        raw = records[name].reshape(nc, h, -1).view(torch.uint8)
-        half = raw[..., : 2 * rows * cols].contiguous().view(torch.float16)
-        vals = half[..., at].double()  # [nc, h, rows, cols], scaled
-        E = raw[..., 2 * rows * cols : 2 * rows * cols + rows].to(torch.int64)  # by stored row
-        E = E[..., stored_row(name, arch)]  # [nc, h, rows], logical
+    for name in TILES:
+        f32, decoded, E = decode(name, shipped[name], records[name], arch)
         up = torch.pow(2.0, (E - 141).double())[..., None]
-        decoded = vals * up
-        assert bool(torch.isfinite(vals).all()), name
+        assert bool(torch.isfinite(decoded).all()), name
         # each row's exponent: its largest |TF32 value| scaled into [2^14, 2^15), or E = 15 for
         # rows below that (then the largest is under 2^14 scaled)
         top = f32.abs().amax(-1) / up[..., 0]
@@ -140,7 +170,7 @@ def test_16_bit_records_decode_to_the_tf32_tiles(arch, case):
 def forward_o(
     loader: EmuLoader, case: str, segments: int | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    inp, _, _ = case_inputs(CASES[case], lengths=[300, 65, 1])
+    inp, _, _ = case_inputs(CASES[case], lengths=list(LENGTHS))
     config = dataclasses.replace(config_for(inp), segments=segments)
     args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
     with emulate(loader):
@@ -148,17 +178,35 @@ def forward_o(
     return o, ht
 
 
+LENGTHS = (300, 65, 1)
+# the reader tests' cases: every tile value exact in 16 bits (bits as shipped), and a strong decay
+# that puts values below fp16's normal range (then within the records' error)
+EXACT = {"g-mixed-off": True, "sigmoid-lb5-fused": False}
+
+
+def exactness(case: str, names: str) -> bool:
+    shipped = chunk_tiles(EmuLoader(arch=Arch.sm_90a), case, LENGTHS)
+    records = chunk_tiles(
+        Tile16Loader({"fwd_chunk.": (WK, QA)}, only=True, arch=Arch.sm_90a), case, LENGTHS
+    )
+    exact = inexact(shipped, records, names) == 0
+    assert exact == EXACT[case], f"{case}: the case no longer covers what the test says"
+    return exact
+
+
 @pytest.mark.parametrize(
     "segments, schedule",
     [(None, 0), (2, 0), (2, 1), (2, 7)],
     ids=["serial", "split", "desc", "shuf"],
 )
-@pytest.mark.parametrize("case", ["g-mixed-off", "sigmoid-lb5-fused"])
+@pytest.mark.parametrize("case", list(EXACT))
 def test_fwd_state_reads_16_bit_qg_and_aqk(case, segments, schedule):
     """kda_fwd_state (sm_90a) with Qg and Aqk as records, widened in place by its warpgroup 1
-    (serial calls and the split calls' fix-up): o and the final state as shipped, bit for bit,
-    where every value of the two tiles is exact in 16 bits (as here), also with its threads run in
-    other orders (a widening write before another thread's read of the record changes bits)."""
+    (serial calls and the split calls' fix-up): o and the final state as shipped, bit for bit
+    where every value of the two tiles is exact in 16 bits, else within the records' error; also
+    with its threads run in other orders (a widening write before another thread's read of the
+    record changes bits)."""
+    exact = exactness(case, "Qg Aqk")
     shipped = forward_o(EmuLoader(arch=Arch.sm_90a), case, segments)
     loader = Tile16Loader(
         {"fwd_chunk.": (QA,), "fwd_state": (QA,)},
@@ -166,5 +214,5 @@ def test_fwd_state_reads_16_bit_qg_and_aqk(case, segments, schedule):
         options=Options(schedule=schedule),
     )
     records = forward_o(loader, case, segments)
-    for a, b in zip(shipped, records, strict=True):
-        assert torch.equal(a, b)
+    for what, a, b in zip(("o", "ht"), shipped, records, strict=True):
+        assert_same(a, b, exact, what)

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-softplus.x-fp32.l2n-fused  program: kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-fused.sm_107a
-// identity: sha256:979b87cd9ff8c8aa0ae16359f72c810e877404a355f237db76e592d6b36960d9
+// identity: sha256:a588c5dff1ad6715e4b7fa0e3c6d583683d01bd50699643f5e9afcb1d6368dce
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -408,6 +408,34 @@ __device__ __forceinline__ void cake_t16_widen(float* tile, int tw, Sync sync) {
         const float2 a = cake_f16x2_to_f32(h[k].x), b = cake_f16x2_to_f32(h[k].y);
         reinterpret_cast<float4*>(tile)[tw + NT * k] = make_float4(a.x * up[k], a.y * up[k], b.x * up[k], b.y * up[k]);
     }
+}
+
+// A 4-value piece of a tile as its reader loads it: fp32 (Piece<false>, 16 bytes) or the 16-bit
+// record's 8 bytes (Piece<true>), widened when used with its row's factor up = cake_s16_up(E), so
+// that the loads can be issued well before the widening. base: the tile's fp32 slot, where the
+// record starts; o: the element offset (both forms keep it).
+template <bool RECORD>
+struct CakeT16Piece {
+    float4 v;
+    __device__ __forceinline__ void load(const float* base, int o) { v = *reinterpret_cast<const float4*>(base + o); }
+    __device__ __forceinline__ float4 get(float) const { return v; }
+};
+template <>
+struct CakeT16Piece<true> {
+    uint2 v;
+    __device__ __forceinline__ void load(const float* base, int o) {
+        v = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(base) + o);
+    }
+    __device__ __forceinline__ float4 get(float up) const {
+        const float2 a = cake_f16x2_to_f32(v.x), b = cake_f16x2_to_f32(v.y);
+        return make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
+    }
+};
+// The factor 2^(E - 141) of stored row `row` of a ROWS x COLS record at base (1 when not a record).
+template <bool RECORD, int ROWS, int COLS>
+__device__ __forceinline__ float cake_t16_up(const float* base, int row) {
+    if (!RECORD) return 1.f;
+    return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
 }
 // ---- end cake/tile16.cuh ----
 
