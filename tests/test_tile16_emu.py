@@ -113,11 +113,13 @@ def decode(
     return f32, vals * torch.pow(2.0, (E - 141).double())[..., None], E
 
 
-def inexact(shipped: dict[str, torch.Tensor], records: dict[str, torch.Tensor], names: str) -> int:
-    """How many values of the tiles `names` (sm_90a) the records do not carry exactly."""
+def inexact(
+    shipped: dict[str, torch.Tensor], records: dict[str, torch.Tensor], names: str, arch: Arch
+) -> int:
+    """How many values of the tiles `names` the records do not carry exactly."""
     total = 0
     for name in names.split():
-        f32, decoded, _ = decode(name, shipped[name], records[name], Arch.sm_90a)
+        f32, decoded, _ = decode(name, shipped[name], records[name], arch)
         total += int((decoded != f32).sum())
     return total
 
@@ -184,12 +186,12 @@ LENGTHS = (300, 65, 1)
 EXACT = {"g-mixed-off": True, "sigmoid-lb5-fused": False}
 
 
-def exactness(case: str, names: str) -> bool:
-    shipped = chunk_tiles(EmuLoader(arch=Arch.sm_90a), case, LENGTHS)
+def exactness(case: str, names: str, arch: Arch = Arch.sm_90a) -> bool:
+    shipped = chunk_tiles(EmuLoader(arch=arch), case, LENGTHS)
     records = chunk_tiles(
-        Tile16Loader({"fwd_chunk.": (WK, QA)}, only=True, arch=Arch.sm_90a), case, LENGTHS
+        Tile16Loader({"fwd_chunk.": (WK, QA)}, only=True, arch=arch), case, LENGTHS
     )
-    exact = inexact(shipped, records, names) == 0
+    exact = inexact(shipped, records, names, arch) == 0
     assert exact == EXACT[case], f"{case}: the case no longer covers what the test says"
     return exact
 
@@ -200,17 +202,19 @@ def exactness(case: str, names: str) -> bool:
     ids=["serial", "split", "desc", "shuf"],
 )
 @pytest.mark.parametrize("case", list(EXACT))
-def test_fwd_state_reads_16_bit_qg_and_aqk(case, segments, schedule):
-    """kda_fwd_state (sm_90a) with Qg and Aqk as records, widened in place by its warpgroup 1
-    (serial calls and the split calls' fix-up): o and the final state as shipped, bit for bit
-    where every value of the two tiles is exact in 16 bits, else within the records' error; also
-    with its threads run in other orders (a widening write before another thread's read of the
-    record changes bits)."""
-    exact = exactness(case, "Qg Aqk")
-    shipped = forward_o(EmuLoader(arch=Arch.sm_90a), case, segments)
+@pytest.mark.parametrize("arch", [Arch.sm_90a, Arch.sm_90])
+def test_fwd_state_reads_16_bit_qg_and_aqk(arch, case, segments, schedule):
+    """kda_fwd_state with Qg and Aqk as records (serial calls and the split calls' fix-up),
+    widened where they land: in place by warpgroup 1 (sm_90a), in each thread's own cp.async
+    slots (the portable program): o and the final state as shipped, bit for bit where every value
+    of the two tiles is exact in 16 bits, else within the records' error; also with the threads
+    run in other orders (a widening write before another thread's read of the record, or a read
+    before the copy landed, changes bits)."""
+    exact = exactness(case, "Qg Aqk", arch)
+    shipped = forward_o(EmuLoader(arch=arch), case, segments)
     loader = Tile16Loader(
         {"fwd_chunk.": (QA,), "fwd_state": (QA,)},
-        arch=Arch.sm_90a,
+        arch=arch,
         options=Options(schedule=schedule),
     )
     records = forward_o(loader, case, segments)

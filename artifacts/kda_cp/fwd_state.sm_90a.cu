@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:3395b26700bafd9be0774b7a65d8b5feba45e449087a63b3e620a950738f334a
+// identity: sha256:4c7476b19057c99526d61a17c52084fa8a0e37d8f8509d89dd96cfda3dc34915
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -483,9 +483,10 @@ __device__ __forceinline__ float cake_t16_up(const float* base, int row) {
 
 namespace {
 
-// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in place
-// by warpgroup 1 (the byte diet, docs/wgmma-plan.md). Off in the shipped programs until every
-// reader takes them; tests/test_tile16_emu.py turns it on.
+// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in shared
+// memory where they land: sm_90a by warpgroup 1 in place, the portable programs by each thread in
+// its own cp.async slots (the byte diet, docs/wgmma-plan.md). Off in the shipped programs until
+// every reader takes them; tests/test_tile16_emu.py turns it on.
 constexpr bool kTile16QA = false;
 
 // A block's precise-rows setting as a type: the chain is compiled once for each.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:2ccfeb210a4736944f7eba4046b485918346bc54744c5abc62701388a1279de4
+// identity: sha256:a6dbaf591a6c0e232f50542e32bfae3f966426a01395869062a6c4d84ee04437
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -483,9 +483,10 @@ __device__ __forceinline__ float cake_t16_up(const float* base, int row) {
 
 namespace {
 
-// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in place
-// by warpgroup 1 (the byte diet, docs/wgmma-plan.md). Off in the shipped programs until every
-// reader takes them; tests/test_tile16_emu.py turns it on.
+// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in shared
+// memory where they land: sm_90a by warpgroup 1 in place, the portable programs by each thread in
+// its own cp.async slots (the byte diet, docs/wgmma-plan.md). Off in the shipped programs until
+// every reader takes them; tests/test_tile16_emu.py turns it on.
 constexpr bool kTile16QA = false;
 
 // A block's precise-rows setting as a type: the chain is compiled once for each.

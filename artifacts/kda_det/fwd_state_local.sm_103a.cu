@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:dc75559fcedf50b1ef0ab23500b09d093ef9339230a156750b44cce401b42dee
+// identity: sha256:a21884b3c84759e2572aad10dbb4c48120e85cd86f34db01d477dff64fdf75b1
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -227,8 +227,118 @@ __device__ __forceinline__ int cake_img_u(int r, int v) {
     return (v >> 6) * 4096 + r * 64 + ((((v & 63) >> 2) ^ cake_sw64(r)) << 2) + (v & 3);
 }
 // ---- end cake/chunk_image.cuh ----
+// ---- begin cake/tile16.cuh ----
+// kda's chunk tiles in 16 bits (the byte diet, docs/wgmma-plan.md): W, Qg, Aqk and Kd^T, which the
+// state passes take only as TF32 tensor-core operands, as fp16 values under one power-of-two
+// scale per row. Plain C++ apart from cake/f16.cuh's conversion (the CPU emulator has its twin).
+//
+// A record of a ROWS x COLS tile, CAKE_T16_BYTES(ROWS, COLS) bytes:
+//   fp16 [ROWS][COLS] at the element offsets of the tile's fp32 form (sm_90a: kda_fwd_state's
+//                     image of it, cake/chunk_image.cuh; the portable programs: row-major), so a
+//                     reader widens 16 bytes of the record into the 32 bytes of its fp32 tile at the
+//                     same element offset, with no index arithmetic: TF32(x) * 2^(141 - E), as
+//                     cake/state16.cuh scales a group of S; exact (fp16 keeps TF32's 11
+//                     significant bits) wherever the scaled value is normal, >= 2^-14, i.e. >= 2^-28
+//                     of its row's largest; below it the error is at most 2^-25 * 2^(E - 141),
+//                     < 2^-39 of the row's largest
+//   u8 E [ROWS]       at byte 2 ROWS COLS, indexed by where the row is stored: its image row on
+//                     sm_90a (pkinv(r) for W and Kd^T, r for Qg and Aqk; element offset o lies in
+//                     image row (o / 32) % ROWS), r in the portable programs (o / COLS):
+//                     E = cake_s16_exp(the row's largest |TF32(x)|), so that the largest scaled
+//                     value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
+// padded to 16 bytes, so that one bulk copy takes a record whole.
+
+#define CAKE_T16_BYTES(rows, cols) ((2 * (rows) * (cols) + (rows) + 15) / 16 * 16)
+
+// Two TF32 values of one row, scaled by the row's 2^(141 - E) (cake_s16_down(E)), as one f16x2
+// word: lo at the lower column.
+__device__ __forceinline__ unsigned int cake_t16_pack(float lo, float hi, float down) {
+    return cake_f16x2(lo * down, hi * down);
+}
+
+// The largest magnitude of four values.
+__device__ __forceinline__ float cake_t16_max4(float a, float b, float c, float d) {
+    return fmaxf(fmaxf(fabsf(a), fabsf(b)), fmaxf(fabsf(c), fabsf(d)));
+}
+// The largest m over the LANES lanes (a power of two) of each aligned group, in every lane of it:
+// exact, so its order does not matter.
+template <int LANES>
+__device__ __forceinline__ float cake_t16_group_max(float m) {
+#pragma unroll
+    for (int b = LANES / 2; b > 0; b >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, b));
+    return m;
+}
+// Four TF32 values of one row at halves p .. p + 3 of a record in global memory (8-byte aligned).
+__device__ __forceinline__ void cake_t16_store4(unsigned short* p, float4 y, float down) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(cake_t16_pack(y.x, y.y, down), cake_t16_pack(y.z, y.w, down));
+}
+
+// A record widened in place into its tile's fp32 form: the record sits in the top
+// CAKE_T16_BYTES(ROWS, COLS) bytes of the tile's 4 ROWS COLS, where one bulk copy put it. NT threads
+// (index tw) each read their 4-value pieces (8 bytes of the record, 16 of the tile: piece u of both
+// at the same place) and rows' factors 2^(E - 141), meet at sync() (every read done: the writes
+// below overwrite the record), then write the pieces as fp32. IMAGE: the tile is an sm_90a image
+// (piece u in image row (u / 8) % ROWS), else row-major. The caller orders the writes before
+// their readers (a proxy fence before wgmma, and a barrier).
+template <int ROWS, int COLS, int NT, bool IMAGE, class Sync>
+__device__ __forceinline__ void cake_t16_widen(float* tile, int tw, Sync sync) {
+    constexpr int kPieces = ROWS * COLS / 4, kPer = kPieces / NT;
+    static_assert(kPieces % NT == 0, "cake_t16_widen: whole pieces per thread");
+    const unsigned char* rec =
+        reinterpret_cast<const unsigned char*>(tile) + 4 * ROWS * COLS - CAKE_T16_BYTES(ROWS, COLS);
+    uint2 h[kPer];
+    float up[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const int u = tw + NT * k;
+        h[k] = reinterpret_cast<const uint2*>(rec)[u];
+        const int row = IMAGE ? (u >> 3) & (ROWS - 1) : 4 * u / COLS;
+        up[k] = cake_s16_up(rec[2 * ROWS * COLS + row]);
+    }
+    sync();
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+        const float2 a = cake_f16x2_to_f32(h[k].x), b = cake_f16x2_to_f32(h[k].y);
+        reinterpret_cast<float4*>(tile)[tw + NT * k] = make_float4(a.x * up[k], a.y * up[k], b.x * up[k], b.y * up[k]);
+    }
+}
+
+// A 4-value piece of a tile as its reader loads it: fp32 (Piece<false>, 16 bytes) or the 16-bit
+// record's 8 bytes (Piece<true>), widened when used with its row's factor up = cake_s16_up(E), so
+// that the loads can be issued well before the widening. base: the tile's fp32 slot, where the
+// record starts; o: the element offset (both forms keep it).
+template <bool RECORD>
+struct CakeT16Piece {
+    float4 v;
+    __device__ __forceinline__ void load(const float* base, int o) { v = *reinterpret_cast<const float4*>(base + o); }
+    __device__ __forceinline__ float4 get(float) const { return v; }
+};
+template <>
+struct CakeT16Piece<true> {
+    uint2 v;
+    __device__ __forceinline__ void load(const float* base, int o) {
+        v = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(base) + o);
+    }
+    __device__ __forceinline__ float4 get(float up) const {
+        const float2 a = cake_f16x2_to_f32(v.x), b = cake_f16x2_to_f32(v.y);
+        return make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
+    }
+};
+// The factor 2^(E - 141) of stored row `row` of a ROWS x COLS record at base (1 when not a record).
+template <bool RECORD, int ROWS, int COLS>
+__device__ __forceinline__ float cake_t16_up(const float* base, int row) {
+    if (!RECORD) return 1.f;
+    return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
+}
+// ---- end cake/tile16.cuh ----
 
 namespace {
+
+// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in shared
+// memory where they land: sm_90a by warpgroup 1 in place, the portable programs by each thread in
+// its own cp.async slots (the byte diet, docs/wgmma-plan.md). Off in the shipped programs until
+// every reader takes them; tests/test_tile16_emu.py turns it on.
+constexpr bool kTile16QA = false;
 
 // fwd_state_local (kda_cp): the local passes of long sequences; fwd_state: everything else.
 constexpr bool kLocal = true;
@@ -262,6 +372,11 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
 // hi = TF32(x) to `a`; with `split`, also lo = TF32(x - hi) to `b` (x = hi + lo to ~2^-22).
+// two compile-time ints as a type (a tile's rows and columns, passed to a generic lambda)
+template <int X, int Y>
+struct int2c {
+    static constexpr int x = X, y = Y;
+};
 __device__ __forceinline__ void split_store(bool split, float* a, float* b, int idx, float x) {
     const float hi = rtf32(x);
     a[idx] = hi;
@@ -360,9 +475,31 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         const float* qg = Qg + base + src_a;
 #pragma unroll
         for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + dst_a + 1024 * i, w + 1024 * i, 16);
-        if (!kLocal)  // Qg and Aqk feed O only
+        if (!kLocal) {  // Qg and Aqk feed O only
+            if constexpr (kTile16QA) {  // 16-bit records: each 8-byte piece into its slot's upper half
+                const unsigned short* rq = reinterpret_cast<const unsigned short*>(Qg + base) + src_a;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + dst_a + 1024 * i, qg + 1024 * i, 16);
+                for (int i = 0; i < 8; ++i) cake_cp_async8(Qs + dst_a + 1024 * i + 2, rq + 1024 * i);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + dst_a + 1024 * i, qg + 1024 * i, 16);
+            }
+        }
+    };
+    // A thread's own record pieces widened in their slots once its copies have landed (no other
+    // thread reads them before the barrier that follows): piece i of row r0 + step i, factors from
+    // the record's exponent bytes (ROWS x COLS) in global memory.
+    auto widen_own = [&](float* tile, int dst, const float* rec, int r0, int step, auto rows_cols, int n) {
+        constexpr int ROWS = decltype(rows_cols)::x, COLS = decltype(rows_cols)::y;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            if (i >= n) break;
+            float* slot = tile + dst + 1024 * i;
+            const uint2 h = *reinterpret_cast<const uint2*>(slot + 2);
+            const float up = cake_t16_up<true, ROWS, COLS>(rec, r0 + step * i);
+            const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
+            *reinterpret_cast<float4*>(slot) = make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
+        }
     };
     auto issue_b = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
@@ -370,9 +507,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         const float* aq = Aqk + wsi * 4096 + src_b;
 #pragma unroll
         for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + dst_b + 1024 * i, kd + 1024 * i, 16);
-        if (!kLocal)
+        if (!kLocal) {
+            if constexpr (kTile16QA) {
+                const unsigned short* ra16 = reinterpret_cast<const unsigned short*>(Aqk + wsi * 4096) + src_b;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) cake_cp_async16(As + dst_b + 1024 * i, aq + 1024 * i, 16);
+                for (int i = 0; i < 4; ++i) cake_cp_async8(As + dst_b + 1024 * i + 2, ra16 + 1024 * i);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) cake_cp_async16(As + dst_b + 1024 * i, aq + 1024 * i, 16);
+            }
+        }
         if (!kLocal || U != nullptr) {  // else Us holds the zeros written before the loop
             const float* u = U + wsi * 8192 + src_u;
 #pragma unroll
@@ -433,6 +577,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         // The two-pass local launches pull chunk i+2 into L2 now (prefetch_chunk_l2).
         if (pf && i + 2 < nc) prefetch_chunk(ci + 2);
         cake_cp_async_wait<1>();
+        if (kTile16QA && !kLocal)  // Qg(i): rows ra + 8 i
+            widen_own(Qs, dst_a, Qg + ((long long)ci * H + h) * 8192, ra, 8, int2c<64, 128>{}, 8);
         __syncthreads();
         // The chunk's start state in 16 bits (cake/state16.cuh) goes out two 8-byte stores every other
         // kp step of Phase 1, so the store queue drains under the mma instead of stalling every warp here
@@ -517,6 +663,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         if (i + 1 < nc) issue_a(ci + 1);
         cake_cp_async_commit();
         cake_cp_async_wait<1>();
+        if (kTile16QA && !kLocal)  // Aqk(i): rows rb16 + 16 i
+            widen_own(As, dst_b, Aqk + ((long long)ci * H + h) * 4096, rb16, 16, int2c<64, 64>{}, 4);
         __syncthreads();
 
         // Phase 2: Vnew = U - W S, stored transposed for use as the B operand.

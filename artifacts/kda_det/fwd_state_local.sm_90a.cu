@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:91e919d806b60d70b69feb75afd5c28872327a4aeff61167f4c76868e416bac5
+// identity: sha256:7a89359ec2424ed22c476598eaefa745461442c33ea682f6211fc75c83483442
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -483,9 +483,10 @@ __device__ __forceinline__ float cake_t16_up(const float* base, int row) {
 
 namespace {
 
-// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in place
-// by warpgroup 1 (the byte diet, docs/wgmma-plan.md). Off in the shipped programs until every
-// reader takes them; tests/test_tile16_emu.py turns it on.
+// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in shared
+// memory where they land: sm_90a by warpgroup 1 in place, the portable programs by each thread in
+// its own cp.async slots (the byte diet, docs/wgmma-plan.md). Off in the shipped programs until
+// every reader takes them; tests/test_tile16_emu.py turns it on.
 constexpr bool kTile16QA = false;
 
 // A block's precise-rows setting as a type: the chain is compiled once for each.
