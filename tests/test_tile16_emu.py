@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+import cake.kda.backward as backward_module  # noqa: E402
 import cake.kda.forward as forward_module  # noqa: E402
 from cake.spec import Arch  # noqa: E402
 from tools.emu import compiler  # noqa: E402
@@ -220,3 +221,35 @@ def test_fwd_state_reads_16_bit_qg_and_aqk(arch, case, segments, schedule):
     records = forward_o(loader, case, segments)
     for what, a, b in zip(("o", "ht"), shipped, records, strict=True):
         assert_same(a, b, exact, what)
+
+
+@pytest.mark.parametrize(
+    "segments, schedule",
+    [(None, 0), (None, 7), (2, 0), (2, 7)],
+    ids=["serial", "serial-shuf", "split", "split-shuf"],
+)
+@pytest.mark.parametrize("case", list(EXACT))
+@pytest.mark.parametrize("arch", [Arch.sm_90a, Arch.sm_90])
+def test_bwd_state_reads_16_bit_qg_and_aqk(arch, case, segments, schedule):
+    """kda_bwd_state (serial calls: each thread widens its own cp.async slots) and
+    kda_bwd_state_bulk (the split calls' reverse passes on sm_90a: the block widens the bulk-copied
+    records in place) with Qg and Aqk as records: every gradient as shipped, bit for bit where the
+    two tiles' values are exact in 16 bits, else within the records' error. The forward's tiles
+    are swapped for kda_fwd_chunk's records of the same inputs before the backward reads them."""
+    exact = exactness(case, "Qg Aqk", arch)
+    inp, do, dht = case_inputs(CASES[case], lengths=list(LENGTHS))
+    config = dataclasses.replace(config_for(inp), segments=segments)
+    args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
+    with emulate(EmuLoader(arch=arch)):
+        saved = forward_module.forward(*args, config, keep=True)[2]
+        want = backward_module.backward(*args, do, dht, config, saved)
+    assert saved is not None
+    records = chunk_tiles(Tile16Loader({"fwd_chunk.": (QA,)}, only=True, arch=arch), case, LENGTHS)
+    for name in ("Qg", "Aqk"):
+        saved[name].copy_(records[name])
+    loader = Tile16Loader({"bwd_state": (QA,)}, arch=arch, options=Options(schedule=schedule))
+    with emulate(loader):
+        got = backward_module.backward(*args, do, dht, config, saved)
+    assert want.keys() == got.keys()
+    for name in want:
+        assert_same(want[name], got[name], exact, name)

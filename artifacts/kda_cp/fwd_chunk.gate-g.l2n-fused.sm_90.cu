@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-g.l2n-fused.sm_90 by cake migrate
 // record: kda_cp/fwd_chunk.gate-g.l2n-fused  program: kda_cp.fwd_chunk.gate-g.l2n-fused.sm_90
-// identity: sha256:eaa89f0d2a16010a8696b55d155ae6d8c2587e2489c2e8867b7a467c6f89ff43
+// identity: sha256:6c54f57ce93b9ebf57a243e8ea67fbc1db222b1d3d5a678b14e678be136a1124
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -436,6 +436,15 @@ template <bool RECORD, int ROWS, int COLS>
 __device__ __forceinline__ float cake_t16_up(const float* base, int row) {
     if (!RECORD) return 1.f;
     return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
+}
+
+// A record's 4-value piece that cp.async put in the upper half of its 16-byte fp32 slot
+// (cake_cp_async8 to slot + 2), widened in place by the thread that copied it once its copy has
+// landed (no other thread reads the slot before the barrier that follows); up: its row's factor.
+__device__ __forceinline__ void cake_t16_widen_slot(float* slot, float up) {
+    const uint2 h = *reinterpret_cast<const uint2*>(slot + 2);
+    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
+    *reinterpret_cast<float4*>(slot) = make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
 }
 // ---- end cake/tile16.cuh ----
 

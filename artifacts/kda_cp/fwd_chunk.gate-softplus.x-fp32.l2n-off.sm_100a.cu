@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a by cake migrate
 // record: kda_cp/fwd_chunk.gate-softplus.x-fp32.l2n-off  program: kda_cp.fwd_chunk.gate-softplus.x-fp32.l2n-off.sm_100a
-// identity: sha256:e8c66f45d25f6e81edec56612e474c6ca8a0f4399f6f291cfd116891d481754a
+// identity: sha256:d41bb0465a1f8e79cca75e9553917a0172788c133565dca435cdbb95bf6d6546
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -436,6 +436,15 @@ template <bool RECORD, int ROWS, int COLS>
 __device__ __forceinline__ float cake_t16_up(const float* base, int row) {
     if (!RECORD) return 1.f;
     return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
+}
+
+// A record's 4-value piece that cp.async put in the upper half of its 16-byte fp32 slot
+// (cake_cp_async8 to slot + 2), widened in place by the thread that copied it once its copy has
+// landed (no other thread reads the slot before the barrier that follows); up: its row's factor.
+__device__ __forceinline__ void cake_t16_widen_slot(float* slot, float up) {
+    const uint2 h = *reinterpret_cast<const uint2*>(slot + 2);
+    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
+    *reinterpret_cast<float4*>(slot) = make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
 }
 // ---- end cake/tile16.cuh ----
 

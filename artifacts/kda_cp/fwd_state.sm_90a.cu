@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:4c7476b19057c99526d61a17c52084fa8a0e37d8f8509d89dd96cfda3dc34915
+// identity: sha256:c437b1e07da932b921a90d3366cb8910e27150b7f12069b25549255bfe07b699
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -478,6 +478,15 @@ template <bool RECORD, int ROWS, int COLS>
 __device__ __forceinline__ float cake_t16_up(const float* base, int row) {
     if (!RECORD) return 1.f;
     return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
+}
+
+// A record's 4-value piece that cp.async put in the upper half of its 16-byte fp32 slot
+// (cake_cp_async8 to slot + 2), widened in place by the thread that copied it once its copy has
+// landed (no other thread reads the slot before the barrier that follows); up: its row's factor.
+__device__ __forceinline__ void cake_t16_widen_slot(float* slot, float up) {
+    const uint2 h = *reinterpret_cast<const uint2*>(slot + 2);
+    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
+    *reinterpret_cast<float4*>(slot) = make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
 }
 // ---- end cake/tile16.cuh ----
 

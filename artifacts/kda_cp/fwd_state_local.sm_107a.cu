@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_107a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_107a
-// identity: sha256:6938ab83026127018a86f0a10d2a97ec51b112ba49a85b3125facc30f2e23b7d
+// identity: sha256:26404ce321082c19d8be7f63ecb0a845018d4da7ad5675869771997ca627a827
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -330,6 +330,15 @@ __device__ __forceinline__ float cake_t16_up(const float* base, int row) {
     if (!RECORD) return 1.f;
     return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
 }
+
+// A record's 4-value piece that cp.async put in the upper half of its 16-byte fp32 slot
+// (cake_cp_async8 to slot + 2), widened in place by the thread that copied it once its copy has
+// landed (no other thread reads the slot before the barrier that follows); up: its row's factor.
+__device__ __forceinline__ void cake_t16_widen_slot(float* slot, float up) {
+    const uint2 h = *reinterpret_cast<const uint2*>(slot + 2);
+    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
+    *reinterpret_cast<float4*>(slot) = make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
+}
 // ---- end cake/tile16.cuh ----
 
 namespace {
@@ -492,14 +501,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
     auto widen_own = [&](float* tile, int dst, const float* rec, int r0, int step, auto rows_cols, int n) {
         constexpr int ROWS = decltype(rows_cols)::x, COLS = decltype(rows_cols)::y;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            if (i >= n) break;
-            float* slot = tile + dst + 1024 * i;
-            const uint2 h = *reinterpret_cast<const uint2*>(slot + 2);
-            const float up = cake_t16_up<true, ROWS, COLS>(rec, r0 + step * i);
-            const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
-            *reinterpret_cast<float4*>(slot) = make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
-        }
+        for (int i = 0; i < 8; ++i)
+            if (i < n) cake_t16_widen_slot(tile + dst + 1024 * i, cake_t16_up<true, ROWS, COLS>(rec, r0 + step * i));
     };
     auto issue_b = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
