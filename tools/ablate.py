@@ -435,22 +435,28 @@ _BSTATE_4 = _BSTATE_QA + [(_BS_W, "if (j < 4) " + _BS_W), (_BS_KD, "if (j < 4) "
 # kda_bwd_state_bulk (the split calls' reverse passes): its bulk copies at half their bytes
 _BSTATE_BULK_4 = [
     (
-        f"cake_bulk_load({s}, {t} + wsi * {n}, {2 * b}, {mb});",
-        f"cake_bulk_load({s}, {t} + wsi * {n}, {b}, {mb});",
+        f"cake_bulk_load({s}, {t} + wsi * 8192, 32768, {mb});",
+        f"cake_bulk_load({s}, {t} + wsi * 8192, 16384, {mb});",
     )
-    for s, t, n, b, mb in (
-        ("Ks", "Kd", 8192, 16384, "mbA"),
-        ("As", "Aqk", 4096, 8192, "mbA"),
-        ("Qs", "Qg", 8192, 16384, "mbB"),
-        ("Ws", "W", 8192, 16384, "mbB"),
-    )
+    for s, t, mb in (("Ks", "Kd", "mbA"), ("Ws", "W", "mbB"))
 ] + [
-    ("cake_mbar_expect_tx(mbA, 32768 + 16384);", "cake_mbar_expect_tx(mbA, 16384 + 8192);"),
     (
-        "cake_mbar_expect_tx(mbB, 32768 + 32768 + 512);",
-        "cake_mbar_expect_tx(mbB, 16384 + 16384 + 512);",
+        "constexpr unsigned int kQBytes = kTile16QA ? CAKE_T16_BYTES(64, 128) : 32768;",
+        "constexpr unsigned int kQBytes = 16384;",
+    ),
+    (
+        "constexpr unsigned int kABytes = kTile16QA ? CAKE_T16_BYTES(64, 64) : 16384;",
+        "constexpr unsigned int kABytes = 8192;",
+    ),
+    ("cake_mbar_expect_tx(mbA, 32768 + kABytes);", "cake_mbar_expect_tx(mbA, 16384 + kABytes);"),
+    (
+        "cake_mbar_expect_tx(mbB, kQBytes + 32768 + 512);",
+        "cake_mbar_expect_tx(mbB, kQBytes + 16384 + 512);",
     ),
 ]
+# kda_bwd_state / _bulk reading Qg and Aqk as 16-bit records (kTile16QA): halfqa's bytes with the
+# widening's work
+_BSTATE_TILE16 = [("constexpr bool kTile16QA = false;", "constexpr bool kTile16QA = true;")]
 # The states writer with its global stores guarded off (H >= 0 always, which the compiler cannot
 # know). The guard can let ptxas sink the writer's work into the untaken branch, so this bounds
 # the stores and the work together (fwd_state's wg1sink keeps the work).
@@ -702,6 +708,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "bwd_state.sm_90a": {
         "halfqa": _BSTATE_QA,
         "half4": _BSTATE_4 + _BSTATE_BULK_4,
+        "tile16qa": _BSTATE_TILE16,
         "noload": NO_LOAD,
         "nostates": BWD_NO_STATES,
         "nodvn": BWD_NO_DVN,
@@ -709,7 +716,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         # fwd_state's halfloads of session 18: what a 2-block cluster's multicast loads would move)
         "halfloads": [
             (f"for (int j = 0; j < {n}; ++j) {tail}", f"for (int j = vb; j < {n}; j += 2) {tail}")
-            for n, tail in ((8, " // Kd^T"), (4, " // Aqk"), (8, "{  // Qg and W"))
+            for n, tail in ((8, " // Kd^T"), (4, "{  // Aqk"), (8, "{  // Qg and W"))
         ],
         # one group's copies left out: Kd^T and Aqk (group a), Qg and W (group b); or one tile
         "noa": _skip_copies(_BWD_COPIES, "kd", "aqk"),
