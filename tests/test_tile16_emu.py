@@ -9,6 +9,7 @@ reader takes them yet, so the shipped programs keep the switches off."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -253,3 +254,46 @@ def test_bwd_state_reads_16_bit_qg_and_aqk(arch, case, segments, schedule):
     assert want.keys() == got.keys()
     for name in want:
         assert_same(want[name], got[name], exact, name)
+
+
+@pytest.mark.parametrize("segments", [None, 2], ids=["serial", "split"])
+@pytest.mark.parametrize("case", list(EXACT))
+@pytest.mark.parametrize("arch", [Arch.sm_90a, Arch.sm_90])
+def test_the_whole_pass_with_16_bit_qg_and_aqk(arch, case, segments):
+    """kTile16QA on in every program (the writer and all of Qg's and Aqk's readers), a forward and
+    both backward paths (saved, replay): o, the final state and every gradient as shipped, bit for
+    bit where the two tiles' values are exact in 16 bits, else within the records' error."""
+    exact = exactness(case, "Qg Aqk", arch)
+    inp, do, dht = case_inputs(CASES[case], lengths=list(LENGTHS))
+    config = dataclasses.replace(config_for(inp), segments=segments)
+    args = (inp.q, inp.k, inp.v, inp.g, inp.beta, inp.A_log, inp.dt_bias, inp.initial_state)
+
+    def run(loader: EmuLoader) -> dict[str, torch.Tensor]:
+        with emulate(loader):
+            o, ht, saved, _ = forward_module.forward(*args, config, keep=True)
+            out = {"o": o, "ht": ht}
+            for path, grads in (
+                ("saved", backward_module.backward(*args, do, dht, config, saved)),
+                ("replay", backward_module.backward(*args, do, dht, config)),
+            ):
+                out.update({f"{path} {name}": t for name, t in grads.items()})
+        return out
+
+    want = run(EmuLoader(arch=arch))
+    switched = {key: (QA,) for key in ("fwd_chunk.", "fwd_state", "bwd_state")}
+    got = run(Tile16Loader(switched, arch=arch))
+    assert want.keys() == got.keys()
+    for name in want:
+        assert_same(want[name], got[name], exact, name)
+
+
+def test_writer_and_readers_agree_on_the_format():
+    """Each switch has one value in every rendered program that defines it: kda_fwd_chunk writing
+    records that a reader takes as fp32 tiles (or the reverse) would be garbage, not an error."""
+    values: dict[str, set[str]] = {}
+    for path in (REPO / "artifacts").glob("*/*.cu"):
+        for name, value in re.findall(r"constexpr bool (kTile16\w+) = (\w+);", path.read_text()):
+            values.setdefault(name, set()).add(value)
+    assert set(values) >= {"kTile16QA", "kTile16WK"}, values
+    for name, seen in values.items():
+        assert len(seen) == 1, (name, seen)
