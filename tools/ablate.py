@@ -409,6 +409,7 @@ _CHUNK_TILE16 = [
     (f"constexpr bool {s} = false;", f"constexpr bool {s} = true;")
     for s in ("kTile16WK", "kTile16QA")
 ]
+_CHUNK_TILE16QA = [("constexpr bool kTile16QA = false;", "constexpr bool kTile16QA = true;")]
 _STATE_QA = [
     (
         "constexpr unsigned int kQBytes = kTile16QA ? CAKE_T16_BYTES(64, 128) : 32768;",
@@ -693,10 +694,15 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
         "tile16": _CHUNK_TILE16,
+        "tile16qa": _CHUNK_TILE16QA,
         **FWD_CHUNK_STORES,
         **FWD_CHUNK_PHASES,
     },
-    "fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a": {**_FUSED_FWD, "tile16": _CHUNK_TILE16},
+    "fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a": {
+        **_FUSED_FWD,
+        "tile16": _CHUNK_TILE16,
+        "tile16qa": _CHUNK_TILE16QA,
+    },
     "fwd_chunk.gate-g.l2n-fused.sm_90a": _FUSED_FWD,
     "fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a": {
         **FWD_CHUNK_STORES,
@@ -704,6 +710,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
         "tile16": _CHUNK_TILE16,
+        "tile16qa": _CHUNK_TILE16QA,
     },
     "bwd_state.sm_90a": {
         "halfqa": _BSTATE_QA,
