@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:5095ab4dd6e9481eb3020c1ad495fd0a6f67b064a1c2ea152268b3f0f09bb13c
+// identity: sha256:de20eb8c0f0b5cb1e89f7325f81ac92c04bee3db94c25be03e94a2b22314b010
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:304984bf2203047867c61c459d23dc565881321cbdd5795121a353bb80269c1f
+// identity: sha256:f4ff4cba2386868a2fa17afa6c35225609e73fb58c4984c4c71ebe0a6a95d60f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:191da9ded5ffdaf50c201a4a52e241c89d1958b8faaf3af97284a4e7d564ca76
+// identity: sha256:ac633829a65cd3835bd1308324b779371ca0bf73352903893004a1ff541e920b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

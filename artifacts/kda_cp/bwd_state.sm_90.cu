@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:cfbede6f6a4285af28ca8cd194f3c0f6b462d3c4340a8c8870eeedf2c36fb35e
+// identity: sha256:02ba339bbed6a6ea3ee6c2066f63cda26abdc8ec0f18c3637eb96ea0faf8c2f9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

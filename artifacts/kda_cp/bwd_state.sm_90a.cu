@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:08c56c09a9f64017d4ea665999868a91946757a8aa8193dcf94730dd0bf30987
+// identity: sha256:263570a41cbd00681aea6e32306de93cdeed0e5217dbc0c0381884e8efe6782f
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -581,9 +581,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     const int sQ = ag(128, q8, cq), sW = ag(128, cake_pk(q8), cq);
     const int rO = tid >> 3, sO = at_or(rO, tid & 7);
     const long long gO = (long long)rO * tok_stride + (tid & 7) * 8;
-    // the bulk copies' bytes of Qg and Aqk: whole fp32 tiles, or 16-bit records
-    constexpr unsigned int kQBytes = kTile16QA ? CAKE_T16_BYTES(64, 128) : 32768;
-    constexpr unsigned int kABytes = kTile16QA ? CAKE_T16_BYTES(64, 64) : 16384;
     auto issue_a = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
 #pragma unroll

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:33d6edf7db7ba85824bc5f4ff77d6b28ea956ea8f86efd94073d0cfd36e7898b
+// identity: sha256:d804e9ddb50ec5d22a2633904565889c251d51b5356671fe564437e2f339fa5a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

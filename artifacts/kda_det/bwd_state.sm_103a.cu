@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:499558bef6aa3ebf5670788983e859cc01e3f47fcfa30b49422a1fd5adf69591
+// identity: sha256:7d4746d741fb9979729e1583c0b61e7dafbeb2e00a4550a63fe50d4b5c835dd3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:8a92e60534b01104865bef6b8b942c92fa03cd8d8033e3abc4e78120db448211
+// identity: sha256:63dc9aa3d71396ed5bb4586251b9bc3ad71ba3c57ad501b4a813ea193de7d168
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

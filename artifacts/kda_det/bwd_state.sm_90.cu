@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:bcd27f2b328688a7ff935b644e5709f1d46ae0c3d6c6d758350813404ecc9117
+// identity: sha256:507c4a5bfd4cd47c5ed60ee9c4ad803db5f3d5f7a325bcee854b64b4d05383d0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

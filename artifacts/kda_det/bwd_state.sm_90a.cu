@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:78bb7444d60f943a29fe6f6e4d8ce15aeeb69d3ce585872aa673792b9b92feb7
+// identity: sha256:236b69a16ab1e24d98a16fc00c9aa2271db2decfee14667692a1764f195fe571
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -581,9 +581,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     const int sQ = ag(128, q8, cq), sW = ag(128, cake_pk(q8), cq);
     const int rO = tid >> 3, sO = at_or(rO, tid & 7);
     const long long gO = (long long)rO * tok_stride + (tid & 7) * 8;
-    // the bulk copies' bytes of Qg and Aqk: whole fp32 tiles, or 16-bit records
-    constexpr unsigned int kQBytes = kTile16QA ? CAKE_T16_BYTES(64, 128) : 32768;
-    constexpr unsigned int kABytes = kTile16QA ? CAKE_T16_BYTES(64, 64) : 16384;
     auto issue_a = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
 #pragma unroll
