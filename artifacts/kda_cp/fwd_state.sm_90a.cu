@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state.sm_90a by cake migrate
 // record: kda_cp/fwd_state  program: kda_cp.fwd_state.sm_90a
-// identity: sha256:c437b1e07da932b921a90d3366cb8910e27150b7f12069b25549255bfe07b699
+// identity: sha256:f9b4ca97a790ac44e5e4486915c5b2077c8a652e94b0953296cd9260f1324c17
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

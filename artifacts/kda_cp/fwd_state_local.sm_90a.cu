@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.fwd_state_local.sm_90a by cake migrate
 // record: kda_cp/fwd_state_local  program: kda_cp.fwd_state_local.sm_90a
-// identity: sha256:dc62338027f8e4e58ea713d5c1a0fc0e0df94033d1df200c3224417d566c4e78
+// identity: sha256:2c8199c6d819a204b44bb78fa3f003715a042be5ff5f22d8ac1cb4b138356903
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

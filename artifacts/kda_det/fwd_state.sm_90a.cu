@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:162a29a94e815bf8d6f8ab132bebc5a8c8a68cc321a789751b54bb1790790487
+// identity: sha256:73607c1f95f97a90720b7a6cf51f22e8950a08fa11c539f60f93b73f824d619a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

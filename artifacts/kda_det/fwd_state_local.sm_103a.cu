@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_103a
-// identity: sha256:a7d8897397d9fb16d1ee3ccbe8fe00ead8734bdd555cde19c1b76e914f46432d
+// identity: sha256:34473007da7ab45da96154d491cb3e41b97c9968f6f4c0e7c7eba54cc8f091eb
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -381,11 +381,6 @@ __device__ __forceinline__ void mma_k16(float (&d)[4], const float4& a_lo, const
 __device__ __forceinline__ float rtf32(float x) { return __uint_as_float(cake_tf32(x)); }
 
 // hi = TF32(x) to `a`; with `split`, also lo = TF32(x - hi) to `b` (x = hi + lo to ~2^-22).
-// two compile-time ints as a type (a tile's rows and columns, passed to a generic lambda)
-template <int X, int Y>
-struct int2c {
-    static constexpr int x = X, y = Y;
-};
 __device__ __forceinline__ void split_store(bool split, float* a, float* b, int idx, float x) {
     const float hi = rtf32(x);
     a[idx] = hi;
@@ -495,15 +490,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
             }
         }
     };
-    // A thread's own record pieces widened in their slots once its copies have landed (no other
-    // thread reads them before the barrier that follows): piece i of row r0 + step i, factors from
-    // the record's exponent bytes (ROWS x COLS) in global memory.
-    auto widen_own = [&](float* tile, int dst, const float* rec, int r0, int step, auto rows_cols, int n) {
-        constexpr int ROWS = decltype(rows_cols)::x, COLS = decltype(rows_cols)::y;
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-            if (i < n) cake_t16_widen_slot(tile + dst + 1024 * i, cake_t16_up<true, ROWS, COLS>(rec, r0 + step * i));
-    };
     auto issue_b = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
         const float* kd = Kd + wsi * 8192 + src_b;
@@ -580,8 +566,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         // The two-pass local launches pull chunk i+2 into L2 now (prefetch_chunk_l2).
         if (pf && i + 2 < nc) prefetch_chunk(ci + 2);
         cake_cp_async_wait<1>();
-        if (kTile16QA && !kLocal)  // Qg(i): rows ra + 8 i
-            widen_own(Qs, dst_a, Qg + ((long long)ci * H + h) * 8192, ra, 8, int2c<64, 128>{}, 8);
+        if (kTile16QA && !kLocal)  // this thread's pieces of Qg(i) (rows ra + 8 j), once its copies landed
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+                cake_t16_widen_slot(Qs + dst_a + 1024 * j, cake_t16_up<true, 64, 128>(Qg + ((long long)ci * H + h) * 8192, ra + 8 * j));
         __syncthreads();
         // The chunk's start state in 16 bits (cake/state16.cuh) goes out two 8-byte stores every other
         // kp step of Phase 1, so the store queue drains under the mma instead of stalling every warp here
@@ -666,8 +654,10 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         if (i + 1 < nc) issue_a(ci + 1);
         cake_cp_async_commit();
         cake_cp_async_wait<1>();
-        if (kTile16QA && !kLocal)  // Aqk(i): rows rb16 + 16 i
-            widen_own(As, dst_b, Aqk + ((long long)ci * H + h) * 4096, rb16, 16, int2c<64, 64>{}, 4);
+        if (kTile16QA && !kLocal)  // this thread's pieces of Aqk(i) (rows rb16 + 16 j)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                cake_t16_widen_slot(As + dst_b + 1024 * j, cake_t16_up<true, 64, 64>(Aqk + ((long long)ci * H + h) * 4096, rb16 + 16 * j));
         __syncthreads();
 
         // Phase 2: Vnew = U - W S, stored transposed for use as the B operand.

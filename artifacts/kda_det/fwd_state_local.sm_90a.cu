@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state_local  program: kda_det.fwd_state_local.sm_90a
-// identity: sha256:1b792e769d6ae72ff446f1e31e9a35ddca6a731af87adec320a81b412c05eaa8
+// identity: sha256:7907cfa1e817e1fa13a718fd1467e128214c6b845c63023fc4f78aa4ec887497
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
