@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_90a
-// identity: sha256:73607c1f95f97a90720b7a6cf51f22e8950a08fa11c539f60f93b73f824d619a
+// identity: sha256:75f7db719e9c9b8e40ee8038aa569adf19373f70edd391ddf376df1e31576aee
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -417,6 +417,11 @@ __device__ __forceinline__ float cake_t16_group_max(float m) {
     for (int b = LANES / 2; b > 0; b >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, b));
     return m;
 }
+// A record's 4-value piece (8 bytes) as fp32, with its row's factor up = cake_s16_up(E).
+__device__ __forceinline__ float4 cake_t16_widen4(uint2 h, float up) {
+    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
+    return make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
+}
 // Four TF32 values of one row at halves p .. p + 3 of a record in global memory (8-byte aligned).
 __device__ __forceinline__ void cake_t16_store4(unsigned short* p, float4 y, float down) {
     *reinterpret_cast<uint2*>(p) = make_uint2(cake_t16_pack(y.x, y.y, down), cake_t16_pack(y.z, y.w, down));
@@ -446,10 +451,7 @@ __device__ __forceinline__ void cake_t16_widen(float* tile, int tw, Sync sync) {
     }
     sync();
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-        const float2 a = cake_f16x2_to_f32(h[k].x), b = cake_f16x2_to_f32(h[k].y);
-        reinterpret_cast<float4*>(tile)[tw + NT * k] = make_float4(a.x * up[k], a.y * up[k], b.x * up[k], b.y * up[k]);
-    }
+    for (int k = 0; k < kPer; ++k) reinterpret_cast<float4*>(tile)[tw + NT * k] = cake_t16_widen4(h[k], up[k]);
 }
 
 // A 4-value piece of a tile as its reader loads it: fp32 (Piece<false>, 16 bytes) or the 16-bit
@@ -468,10 +470,7 @@ struct CakeT16Piece<true> {
     __device__ __forceinline__ void load(const float* base, int o) {
         v = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(base) + o);
     }
-    __device__ __forceinline__ float4 get(float up) const {
-        const float2 a = cake_f16x2_to_f32(v.x), b = cake_f16x2_to_f32(v.y);
-        return make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
-    }
+    __device__ __forceinline__ float4 get(float up) const { return cake_t16_widen4(v, up); }
 };
 // The factor 2^(E - 141) of stored row `row` of a ROWS x COLS record at base (1 when not a record).
 template <bool RECORD, int ROWS, int COLS>
@@ -484,9 +483,7 @@ __device__ __forceinline__ float cake_t16_up(const float* base, int row) {
 // (cake_cp_async8 to slot + 2), widened in place by the thread that copied it once its copy has
 // landed (no other thread reads the slot before the barrier that follows); up: its row's factor.
 __device__ __forceinline__ void cake_t16_widen_slot(float* slot, float up) {
-    const uint2 h = *reinterpret_cast<const uint2*>(slot + 2);
-    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
-    *reinterpret_cast<float4*>(slot) = make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
+    *reinterpret_cast<float4*>(slot) = cake_t16_widen4(*reinterpret_cast<const uint2*>(slot + 2), up);
 }
 // ---- end cake/tile16.cuh ----
 
