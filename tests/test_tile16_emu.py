@@ -9,6 +9,7 @@ reader takes them yet, so the shipped programs keep the switches off."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import sys
 from pathlib import Path
@@ -188,6 +189,7 @@ LENGTHS = (300, 65, 1)
 EXACT = {"g-mixed-off": True, "sigmoid-lb5-fused": False}
 
 
+@functools.cache  # deterministic: two forwards once per case, names and arch, not per test
 def exactness(case: str, names: str, arch: Arch = Arch.sm_90a) -> bool:
     shipped = chunk_tiles(EmuLoader(arch=arch), case, LENGTHS)
     records = chunk_tiles(
