@@ -402,14 +402,13 @@ _CHUNK_HALF_4 = _CHUNK_HALF_QA + [
     (_KD_ST, "if (d < 64) " + _KD_ST),
     (_W_ST, "if (!isW || mi < 2) {" + _W_ST + "}"),
 ]
-# kda_fwd_chunk writing W, Qg, Kd^T and Aqk as the 16-bit records of cake/tile16.cuh (kTile16: the
-# byte diet's writer, row maxima and conversions included; no shipped reader takes them yet, so
-# this is the writer's cost and bytes only)
-_CHUNK_TILE16 = [
-    (f"constexpr bool {s} = false;", f"constexpr bool {s} = true;")
-    for s in ("kTile16WK", "kTile16QA")
+# The byte diet's switches on (cake/tile16.cuh): the 16-bit records written (kda_fwd_chunk: row
+# maxima and conversions included) or read (the state passes: the widening's work with halfqa's
+# bytes). tile16 is kda_fwd_chunk with W and Kd^T as records too (no forward reader takes those).
+_TILE16QA = [("constexpr bool kTile16QA = false;", "constexpr bool kTile16QA = true;")]
+_CHUNK_TILE16 = _TILE16QA + [
+    ("constexpr bool kTile16WK = false;", "constexpr bool kTile16WK = true;")
 ]
-_CHUNK_TILE16QA = [("constexpr bool kTile16QA = false;", "constexpr bool kTile16QA = true;")]
 _STATE_QA = [
     (
         "constexpr unsigned int kQBytes = kTile16QA ? CAKE_T16_BYTES(64, 128) : 32768;",
@@ -420,9 +419,6 @@ _STATE_QA = [
         "constexpr unsigned int kABytes = 8192;",
     ),
 ]
-# kda_fwd_state reading Qg and Aqk as 16-bit records widened in place (kTile16QA): the bytes of
-# halfqa with the widening's work
-_STATE_TILE16 = [("constexpr bool kTile16QA = false;", "constexpr bool kTile16QA = true;")]
 _STATE_WK = [
     ("W + ((long long)ci * H + h) * 8192, 32768", "W + ((long long)ci * H + h) * 8192, 16384"),
     ("Kd + ((long long)ci * H + h) * 8192, 32768", "Kd + ((long long)ci * H + h) * 8192, 16384"),
@@ -441,23 +437,13 @@ _BSTATE_BULK_4 = [
     )
     for s, t, mb in (("Ks", "Kd", "mbA"), ("Ws", "W", "mbB"))
 ] + [
-    (
-        "constexpr unsigned int kQBytes = kTile16QA ? CAKE_T16_BYTES(64, 128) : 32768;",
-        "constexpr unsigned int kQBytes = 16384;",
-    ),
-    (
-        "constexpr unsigned int kABytes = kTile16QA ? CAKE_T16_BYTES(64, 64) : 16384;",
-        "constexpr unsigned int kABytes = 8192;",
-    ),
+    *_STATE_QA,  # the bulk kernel's Qg and Aqk sizes: the same lines as kda_fwd_state's
     ("cake_mbar_expect_tx(mbA, 32768 + kABytes);", "cake_mbar_expect_tx(mbA, 16384 + kABytes);"),
     (
         "cake_mbar_expect_tx(mbB, kQBytes + 32768 + 512);",
         "cake_mbar_expect_tx(mbB, kQBytes + 16384 + 512);",
     ),
 ]
-# kda_bwd_state / _bulk reading Qg and Aqk as 16-bit records (kTile16QA): halfqa's bytes with the
-# widening's work
-_BSTATE_TILE16 = [("constexpr bool kTile16QA = false;", "constexpr bool kTile16QA = true;")]
 # The states writer with its global stores guarded off (H >= 0 always, which the compiler cannot
 # know). The guard can let ptxas sink the writer's work into the untaken branch, so this bounds
 # the stores and the work together (fwd_state's wg1sink keeps the work).
@@ -607,7 +593,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
         "halfqa": _STATE_QA,
         "half4": _STATE_QA + _STATE_WK,
-        "tile16qa": _STATE_TILE16,
+        "tile16qa": _TILE16QA,
         "noprecise": NO_PRECISE,
         "noload": NO_LOAD,
         "nostates": NO_STATES,
@@ -694,14 +680,14 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
         "tile16": _CHUNK_TILE16,
-        "tile16qa": _CHUNK_TILE16QA,
+        "tile16qa": _TILE16QA,
         **FWD_CHUNK_STORES,
         **FWD_CHUNK_PHASES,
     },
     "fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a": {
         **_FUSED_FWD,
         "tile16": _CHUNK_TILE16,
-        "tile16qa": _CHUNK_TILE16QA,
+        "tile16qa": _TILE16QA,
     },
     "fwd_chunk.gate-g.l2n-fused.sm_90a": _FUSED_FWD,
     "fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a": {
@@ -710,12 +696,12 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
         "tile16": _CHUNK_TILE16,
-        "tile16qa": _CHUNK_TILE16QA,
+        "tile16qa": _TILE16QA,
     },
     "bwd_state.sm_90a": {
         "halfqa": _BSTATE_QA,
         "half4": _BSTATE_4 + _BSTATE_BULK_4,
-        "tile16qa": _BSTATE_TILE16,
+        "tile16qa": _TILE16QA,
         "noload": NO_LOAD,
         "nostates": BWD_NO_STATES,
         "nodvn": BWD_NO_DVN,
