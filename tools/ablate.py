@@ -88,8 +88,8 @@ _FWD_NO_COPY: dict[str, list[tuple[str, str]]] = {
     for n, mb, t in (
         ("w", "mbW", "Ws, W"),
         ("kd", "mbK + b", "Ks + 8192 * b, Kd"),
-        ("qg", "mbQ", "Qs + (32768 - kQBytes) / 4, Qg"),
-        ("aqk", "mbA", "As + (16384 - kABytes) / 4, Aqk"),
+        ("qg", "mbQ", "Qs, Qg"),
+        ("aqk", "mbA", "As, Aqk"),
     )
 }
 _FWD_NO_COPY["u"] = [
@@ -402,22 +402,9 @@ _CHUNK_HALF_4 = _CHUNK_HALF_QA + [
     (_KD_ST, "if (d < 64) " + _KD_ST),
     (_W_ST, "if (!isW || mi < 2) {" + _W_ST + "}"),
 ]
-# The byte diet's switches on (cake/tile16.cuh): the 16-bit records written (kda_fwd_chunk: row
-# maxima and conversions included) or read (the state passes: the widening's work with halfqa's
-# bytes). tile16 is kda_fwd_chunk with W and Kd^T as records too (no forward reader takes those).
-_TILE16QA = [("constexpr bool kTile16QA = false;", "constexpr bool kTile16QA = true;")]
-_CHUNK_TILE16 = _TILE16QA + [
-    ("constexpr bool kTile16WK = false;", "constexpr bool kTile16WK = true;")
-]
 _STATE_QA = [
-    (
-        "constexpr unsigned int kQBytes = kTile16QA ? CAKE_T16_BYTES(64, 128) : 32768;",
-        "constexpr unsigned int kQBytes = 16384;",
-    ),
-    (
-        "constexpr unsigned int kABytes = kTile16QA ? CAKE_T16_BYTES(64, 64) : 16384;",
-        "constexpr unsigned int kABytes = 8192;",
-    ),
+    ("Qg + ((long long)ci * H + h) * 8192, 32768", "Qg + ((long long)ci * H + h) * 8192, 16384"),
+    ("Aqk + ((long long)ci * H + h) * 4096, 16384", "Aqk + ((long long)ci * H + h) * 4096, 8192"),
 ]
 _STATE_WK = [
     ("W + ((long long)ci * H + h) * 8192, 32768", "W + ((long long)ci * H + h) * 8192, 16384"),
@@ -432,16 +419,20 @@ _BSTATE_4 = _BSTATE_QA + [(_BS_W, "if (j < 4) " + _BS_W), (_BS_KD, "if (j < 4) "
 # kda_bwd_state_bulk (the split calls' reverse passes): its bulk copies at half their bytes
 _BSTATE_BULK_4 = [
     (
-        f"cake_bulk_load({s}, {t} + wsi * 8192, 32768, {mb});",
-        f"cake_bulk_load({s}, {t} + wsi * 8192, 16384, {mb});",
+        f"cake_bulk_load({s}, {t} + wsi * {n}, {2 * b}, {mb});",
+        f"cake_bulk_load({s}, {t} + wsi * {n}, {b}, {mb});",
     )
-    for s, t, mb in (("Ks", "Kd", "mbA"), ("Ws", "W", "mbB"))
+    for s, t, n, b, mb in (
+        ("Ks", "Kd", 8192, 16384, "mbA"),
+        ("As", "Aqk", 4096, 8192, "mbA"),
+        ("Qs", "Qg", 8192, 16384, "mbB"),
+        ("Ws", "W", 8192, 16384, "mbB"),
+    )
 ] + [
-    *_STATE_QA,  # the bulk kernel's Qg and Aqk sizes: the same lines as kda_fwd_state's
-    ("cake_mbar_expect_tx(mbA, 32768 + kABytes);", "cake_mbar_expect_tx(mbA, 16384 + kABytes);"),
+    ("cake_mbar_expect_tx(mbA, 32768 + 16384);", "cake_mbar_expect_tx(mbA, 16384 + 8192);"),
     (
-        "cake_mbar_expect_tx(mbB, kQBytes + 32768 + 512);",
-        "cake_mbar_expect_tx(mbB, kQBytes + 16384 + 512);",
+        "cake_mbar_expect_tx(mbB, 32768 + 32768 + 512);",
+        "cake_mbar_expect_tx(mbB, 16384 + 16384 + 512);",
     ),
 ]
 # The states writer with its global stores guarded off (H >= 0 always, which the compiler cannot
@@ -593,7 +584,6 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_state.sm_90a": {
         "halfqa": _STATE_QA,
         "half4": _STATE_QA + _STATE_WK,
-        "tile16qa": _TILE16QA,
         "noprecise": NO_PRECISE,
         "noload": NO_LOAD,
         "nostates": NO_STATES,
@@ -679,29 +669,20 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     "fwd_chunk.gate-g.l2n-off.sm_90a": {
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
-        "tile16": _CHUNK_TILE16,
-        "tile16qa": _TILE16QA,
         **FWD_CHUNK_STORES,
         **FWD_CHUNK_PHASES,
     },
-    "fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a": {
-        **_FUSED_FWD,
-        "tile16": _CHUNK_TILE16,
-        "tile16qa": _TILE16QA,
-    },
+    "fwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_90a": _FUSED_FWD,
     "fwd_chunk.gate-g.l2n-fused.sm_90a": _FUSED_FWD,
     "fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90a": {
         **FWD_CHUNK_STORES,
         **FWD_CHUNK_PHASES,
         "halfqa": _CHUNK_HALF_QA,
         "half4": _CHUNK_HALF_4,
-        "tile16": _CHUNK_TILE16,
-        "tile16qa": _TILE16QA,
     },
     "bwd_state.sm_90a": {
         "halfqa": _BSTATE_QA,
         "half4": _BSTATE_4 + _BSTATE_BULK_4,
-        "tile16qa": _TILE16QA,
         "noload": NO_LOAD,
         "nostates": BWD_NO_STATES,
         "nodvn": BWD_NO_DVN,
@@ -709,7 +690,7 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         # fwd_state's halfloads of session 18: what a 2-block cluster's multicast loads would move)
         "halfloads": [
             (f"for (int j = 0; j < {n}; ++j) {tail}", f"for (int j = vb; j < {n}; j += 2) {tail}")
-            for n, tail in ((8, " // Kd^T"), (4, "{  // Aqk"), (8, "{  // Qg and W"))
+            for n, tail in ((8, " // Kd^T"), (4, " // Aqk"), (8, "{  // Qg and W"))
         ],
         # one group's copies left out: Kd^T and Aqk (group a), Qg and W (group b); or one tile
         "noa": _skip_copies(_BWD_COPIES, "kd", "aqk"),

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a by cake migrate
 // record: kda_cp/bwd_chunk.gate-sigmoid.x-fp32.l2n-fused  program: kda_cp.bwd_chunk.gate-sigmoid.x-fp32.l2n-fused.sm_100a
-// identity: sha256:4beebf8f88169f4fa97e328ddd392389c482e1b0895a0ac1494b30dad4e639c4
+// identity: sha256:8233acb051ec844ca29d2fe0f19ba292f3d3e2edc9f66f3157aab9e63a334850
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -172,9 +172,8 @@ __device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned 
 //                                    largest scaled value lies in [2^14, 2^15)
 // Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
 // products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
-// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
-enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
+constexpr int CAKE_S16_BYTES = 33792;
+constexpr int CAKE_S16_EXP = 32768;
 
 // The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
 __device__ __forceinline__ unsigned int cake_s16_exp(float m) {

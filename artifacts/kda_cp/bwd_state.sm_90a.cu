@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90a
-// identity: sha256:80f47b807e3df68a562678b6b88d5652efe805929a724df68ee8a1faf7fce8ec
+// identity: sha256:50df22708aaaada2f27aeb05f4ab4411fd6e7ccda51d9d16e5452f693e883200
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -317,182 +317,8 @@ __device__ __forceinline__ void cake_bulk_load(void* dst, const void* src, unsig
                  :: "r"(cake_smem_addr(dst)), "l"(src), "r"(bytes), "r"(cake_smem_addr(b)) : "memory");
 }
 // ---- end cake/mbar.cuh ----
-// ---- begin cake/tile16.cuh ----
-// kda's chunk tiles in 16 bits (the byte diet, docs/wgmma-plan.md): W, Qg, Aqk and Kd^T, which the
-// state passes take only as TF32 tensor-core operands, as fp16 values under one power-of-two
-// scale per row. Plain C++ apart from cake/f16.cuh's conversion (the CPU emulator has its twin).
-//
-// A record of a ROWS x COLS tile, CAKE_T16_BYTES(ROWS, COLS) bytes:
-//   fp16 [ROWS][COLS] at the element offsets of the tile's fp32 form (sm_90a: kda_fwd_state's
-//                     image of it, cake/chunk_image.cuh; the portable programs: row-major), so a
-//                     reader widens 16 bytes of the record into the 32 bytes of its fp32 tile at the
-//                     same element offset, with no index arithmetic: TF32(x) * 2^(141 - E), as
-//                     cake/state16.cuh scales a group of S; exact (fp16 keeps TF32's 11
-//                     significant bits) wherever the scaled value is normal, >= 2^-14, i.e. >= 2^-28
-//                     of its row's largest; below it the error is at most 2^-25 * 2^(E - 141),
-//                     < 2^-39 of the row's largest
-//   u8 E [ROWS]       at byte 2 ROWS COLS, indexed by where the row is stored: its image row on
-//                     sm_90a (pkinv(r) for W and Kd^T, r for Qg and Aqk; element offset o lies in
-//                     image row (o / 32) % ROWS), r in the portable programs (o / COLS):
-//                     E = cake_s16_exp(the row's largest |TF32(x)|), so that the largest scaled
-//                     value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
-// padded to 16 bytes, so that one bulk copy takes a record whole.
-// ---- begin cake/state16.cuh ----
-
-// ---- begin cake/f16.cuh ----
-
-// fp16 conversions and the 16-bit SIMD max: kda's 16-bit chunk-start states (cake/state16.cuh)
-// and cake/mma_f16.cuh's tensor-core operands.
-
-// Two floats to one f16x2 register, round to nearest even: lo in bits 0-15 (the lower k or column
-// index of a fragment pair, the lower address in memory), hi in bits 16-31. Out of range: +-inf;
-// below 2^-14: subnormal.
-__device__ __forceinline__ unsigned int cake_f16x2(float lo, float hi) {
-    unsigned int r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-// The two halves of an f16x2 register as floats (exact).
-__device__ __forceinline__ float2 cake_f16x2_to_f32(unsigned int h) {
-    float lo, hi;
-    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
-        : "=f"(lo), "=f"(hi) : "r"(h));
-    return make_float2(lo, hi);
-}
-
-// The larger of each 16-bit lane, unsigned (max.u16x2: sm_90+, one instruction).
-__device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned int b) {
-    unsigned int r;
-    asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-// ---- end cake/f16.cuh ----
-
-// kda's chunk-start states in 16 bits (kda_fwd_state / _local write them, kda_bwd_chunk reads them;
-// docs/notes.md, session 20). One record per (chunk, head), CAKE_S16_BYTES bytes:
-//   fp16 [128 keys d][128 values v]  TF32(S[d][v]) * 2^(141 - E), exact: TF32 (cvt.rn, what every
-//                                    product of S rounds it to) keeps fp16's 11 significant bits;
-//                                    within each group of 16 values (32 bytes) value 16 G + r sits
-//                                    at position 2 (r & 7) + (r >> 3), the order
-//                                    in which kda_fwd_state's wgmma accumulators hold them (a
-//                                    lane's rows g and g + 8 make one 4-byte word)
-//   u8 E [8 groups][128 keys d]      at CAKE_S16_EXP: group v / 16; E = max(15, the biased fp32
-//                                    exponent of the group's largest |TF32(S)|), so that the
-//                                    largest scaled value lies in [2^14, 2^15)
-// Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
-// products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
-// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
-enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
-
-// The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
-__device__ __forceinline__ unsigned int cake_s16_exp(float m) {
-    const unsigned int e = __float_as_uint(m) >> 23;
-    return e < 15u ? 15u : e;
-}
-// The writer's factor 2^(141 - E) and the reader's 2^(E - 141) (E in [15, 255]: both normal floats).
-__device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
-__device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
-// ---- end cake/state16.cuh ----
-
-#define CAKE_T16_BYTES(rows, cols) ((2 * (rows) * (cols) + (rows) + 15) / 16 * 16)
-
-// Two TF32 values of one row, scaled by the row's 2^(141 - E) (cake_s16_down(E)), as one f16x2
-// word: lo at the lower column.
-__device__ __forceinline__ unsigned int cake_t16_pack(float lo, float hi, float down) {
-    return cake_f16x2(lo * down, hi * down);
-}
-
-// The largest magnitude of four values.
-__device__ __forceinline__ float cake_t16_max4(float a, float b, float c, float d) {
-    return fmaxf(fmaxf(fabsf(a), fabsf(b)), fmaxf(fabsf(c), fabsf(d)));
-}
-// The largest m over the LANES lanes (a power of two) of each aligned group, in every lane of it:
-// exact, so its order does not matter.
-template <int LANES>
-__device__ __forceinline__ float cake_t16_group_max(float m) {
-#pragma unroll
-    for (int b = LANES / 2; b > 0; b >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, b));
-    return m;
-}
-// A record's 4-value piece (8 bytes) as fp32, with its row's factor up = cake_s16_up(E).
-__device__ __forceinline__ float4 cake_t16_widen4(uint2 h, float up) {
-    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
-    return make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
-}
-// Four TF32 values of one row at halves p .. p + 3 of a record in global memory (8-byte aligned).
-__device__ __forceinline__ void cake_t16_store4(unsigned short* p, float4 y, float down) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(cake_t16_pack(y.x, y.y, down), cake_t16_pack(y.z, y.w, down));
-}
-
-// A record widened in place into its tile's fp32 form: the record sits in the top
-// CAKE_T16_BYTES(ROWS, COLS) bytes of the tile's 4 ROWS COLS, where one bulk copy put it. NT threads
-// (index tw) each read their 4-value pieces (8 bytes of the record, 16 of the tile: piece u of both
-// at the same place) and rows' factors 2^(E - 141), meet at sync() (every read done: the writes
-// below overwrite the record), then write the pieces as fp32. IMAGE: the tile is an sm_90a image
-// (piece u in image row (u / 8) % ROWS), else row-major. The caller orders the writes before
-// their readers (a proxy fence before wgmma, and a barrier).
-template <int ROWS, int COLS, int NT, bool IMAGE, class Sync>
-__device__ __forceinline__ void cake_t16_widen(float* tile, int tw, Sync sync) {
-    constexpr int kPieces = ROWS * COLS / 4, kPer = kPieces / NT;
-    static_assert(kPieces % NT == 0, "cake_t16_widen: whole pieces per thread");
-    const unsigned char* rec =
-        reinterpret_cast<const unsigned char*>(tile) + 4 * ROWS * COLS - CAKE_T16_BYTES(ROWS, COLS);
-    uint2 h[kPer];
-    float up[kPer];
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-        const int u = tw + NT * k;
-        h[k] = reinterpret_cast<const uint2*>(rec)[u];
-        const int row = IMAGE ? (u >> 3) & (ROWS - 1) : 4 * u / COLS;
-        up[k] = cake_s16_up(rec[2 * ROWS * COLS + row]);
-    }
-    sync();
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) reinterpret_cast<float4*>(tile)[tw + NT * k] = cake_t16_widen4(h[k], up[k]);
-}
-
-// A 4-value piece of a tile as its reader loads it: fp32 (Piece<false>, 16 bytes) or the 16-bit
-// record's 8 bytes (Piece<true>), widened when used with its row's factor up = cake_s16_up(E), so
-// that the loads can be issued well before the widening. base: the tile's fp32 slot, where the
-// record starts; o: the element offset (both forms keep it).
-template <bool RECORD>
-struct CakeT16Piece {
-    float4 v;
-    __device__ __forceinline__ void load(const float* base, int o) { v = *reinterpret_cast<const float4*>(base + o); }
-    __device__ __forceinline__ float4 get(float) const { return v; }
-};
-template <>
-struct CakeT16Piece<true> {
-    uint2 v;
-    __device__ __forceinline__ void load(const float* base, int o) {
-        v = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(base) + o);
-    }
-    __device__ __forceinline__ float4 get(float up) const { return cake_t16_widen4(v, up); }
-};
-// The factor 2^(E - 141) of stored row `row` of a ROWS x COLS record at base (1 when not a record).
-template <bool RECORD, int ROWS, int COLS>
-__device__ __forceinline__ float cake_t16_up(const float* base, int row) {
-    if (!RECORD) return 1.f;
-    return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
-}
-
-// A record's 4-value piece that cp.async put in the upper half of its 16-byte fp32 slot
-// (cake_cp_async8 to slot + 2), widened in place by the thread that copied it once its copy has
-// landed (no other thread reads the slot before the barrier that follows); up: its row's factor.
-__device__ __forceinline__ void cake_t16_widen_slot(float* slot, float up) {
-    *reinterpret_cast<float4*>(slot) = cake_t16_widen4(*reinterpret_cast<const uint2*>(slot + 2), up);
-}
-// ---- end cake/tile16.cuh ----
 
 namespace {
-
-// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in
-// shared memory where they land: in each thread's own cp.async slots (kda_bwd_state, the portable
-// programs), in place by the block (kda_bwd_state_bulk). The byte diet, docs/wgmma-plan.md; off in
-// the shipped programs until every reader takes them.
-constexpr bool kTile16QA = false;
 
 // dO staging, bf16 [64 tok][64 v]: 8-value (16-byte) chunks XOR-swizzled by the row's low 3 bits.
 __device__ __forceinline__ int at_or(int r, int cc) { return r * 64 + ((cc ^ (r & 7)) << 3); }
@@ -584,13 +410,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         for (int j = 0; j < 8; ++j)  // Kd^T [128 d][64 tok]: two panels of 128 rows
             cake_cp_async16(Ks + sKd + 2048 * (j & 3) + 32 * (j >> 2), Kd + wsi * 8192 + gI + 1024 * (j & 3) + 4096 * (j >> 2), 16);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {  // Aqk [64][64]: two panels of 64 rows
-            if constexpr (kTile16QA)  // the record's 8-byte piece into the slot's upper half
-                cake_cp_async8(As + sA + 2048 * (j & 1) + 32 * (j >> 1) + 2,
-                               reinterpret_cast<const unsigned short*>(Aqk + wsi * 4096) + gI + 1024 * (j & 1) + 2048 * (j >> 1));
-            else
-                cake_cp_async16(As + sA + 2048 * (j & 1) + 32 * (j >> 1), Aqk + wsi * 4096 + gI + 1024 * (j & 1) + 2048 * (j >> 1), 16);
-        }
+        for (int j = 0; j < 4; ++j)  // Aqk [64][64]: two panels of 64 rows
+            cake_cp_async16(As + sA + 2048 * (j & 1) + 32 * (j >> 1), Aqk + wsi * 4096 + gI + 1024 * (j & 1) + 2048 * (j >> 1), 16);
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
         const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64;
 #pragma unroll
@@ -604,10 +425,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 #pragma unroll
         for (int j = 0; j < 8; ++j) {  // Qg and W [64 tok][128 d]: four panels of 64 rows
             const int sj = 4096 * (j & 1) + 32 * (j >> 1), gj = 1024 * (j & 1) + 2048 * (j >> 1);
-            if constexpr (kTile16QA)
-                cake_cp_async8(Qs + sQ + sj + 2, reinterpret_cast<const unsigned short*>(Qg + base) + gI + gj);
-            else
-                cake_cp_async16(Qs + sQ + sj, Qg + base + gI + gj, 16);
+            cake_cp_async16(Qs + sQ + sj, Qg + base + gI + gj, 16);
             cake_cp_async16(Ws + sW + sj, W + base + gI + gj, 16);
         }
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
@@ -643,10 +461,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         const int ci = c0 + i;
         const long long wsi = (long long)ci * H + h;
         cake_cp_async_wait<1>();  // group A of this chunk (group B may still be in flight)
-        if constexpr (kTile16QA)  // Aqk's pieces of this thread: image rows q8, q8 + 32
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                cake_t16_widen_slot(As + sA + 2048 * (j & 1) + 32 * (j >> 1), cake_t16_up<true, 64, 64>(Aqk + wsi * 4096, q8 + 32 * (j & 1)));
         __syncthreads();
         // dO (bf16, rows >= L already zero) -> dO^T fp32 in the wgmma layout (bf16 is exact in TF32).
 #pragma unroll
@@ -702,10 +516,6 @@ afrag(Ks, 64, 0, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>
             }
         }
         cake_cp_async_wait<1>();  // group B of this chunk
-        if constexpr (kTile16QA)  // Qg's pieces of this thread: image rows q8, q8 + 32
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                cake_t16_widen_slot(Qs + sQ + 4096 * (j & 1) + 32 * (j >> 1), cake_t16_up<true, 64, 128>(Qg + wsi * 8192, q8 + 32 * (j & 1)));
         cake_fence_proxy_async();  // -dVn^T -> wgmma's reads
         __syncthreads();
 
@@ -827,15 +637,12 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
         cake_mbar_init_fence();
     }
     __syncthreads();
-    // the bulk copies' bytes of Qg and Aqk: whole fp32 tiles, or 16-bit records
-    constexpr unsigned int kQBytes = kTile16QA ? CAKE_T16_BYTES(64, 128) : 32768;
-    constexpr unsigned int kABytes = kTile16QA ? CAKE_T16_BYTES(64, 64) : 16384;
     auto issue_a = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
-        if (tid == 0) {  // (a record: into the top bytes of its tile, widened there once landed)
-            cake_mbar_expect_tx(mbA, 32768 + kABytes);
+        if (tid == 0) {
+            cake_mbar_expect_tx(mbA, 32768 + 16384);
             cake_bulk_load(Ks, Kd + wsi * 8192, 32768, mbA);
-            cake_bulk_load(As + (16384 - kABytes) / 4, Aqk + wsi * 4096, kABytes, mbA);
+            cake_bulk_load(As, Aqk + wsi * 4096, 16384, mbA);
         }
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
         const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64;
@@ -848,8 +655,8 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
     auto issue_b = [&](int ci) {  // cp.async form: committed by the caller
         const long long wsi = (long long)ci * H + h;
         if (tid == 0) {
-            cake_mbar_expect_tx(mbB, kQBytes + 32768 + 512);
-            cake_bulk_load(Qs + (32768 - kQBytes) / 4, Qg + wsi * 8192, kQBytes, mbB);
+            cake_mbar_expect_tx(mbB, 32768 + 32768 + 512);
+            cake_bulk_load(Qs, Qg + wsi * 8192, 32768, mbB);
             cake_bulk_load(Ws, W + wsi * 8192, 32768, mbB);
             cake_bulk_load(Gs, gl + wsi * 128, 512, mbB);
         }
@@ -906,10 +713,6 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
         // between phase A's issue and its wait made ptxas inject a wait there (C7517).
         if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
         cake_mbar_wait(mbA, ph);  // Kd^T, Aqk of this chunk
-        if constexpr (kTile16QA) {  // Aqk widened in place by the block
-            cake_t16_widen<64, 64, 256, true>(As, tid, [] { __syncthreads(); });
-            __syncthreads();
-        }
         float acc[16];
 #pragma unroll
         for (int x = 0; x < 16; ++x) acc[x] = 0.f;
@@ -945,7 +748,6 @@ afrag(Ks, 128, 0, true, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc
             }
         }
         cake_mbar_wait(mbB, ph);  // Qg, W, gl of this chunk
-        if constexpr (kTile16QA) cake_t16_widen<64, 128, 256, true>(Qs, tid, [] { __syncthreads(); });
         cake_fence_proxy_async();  // -dVn^T -> wgmma's reads
         __syncthreads();
 

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_chunk.cu.j2
 // record: kda_det/bwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.bwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:209a686e978ff234418a369efefdbc3742e3d7873a9900aa03f42a639de22b8d
+// identity: sha256:1cb459c09e609e5e2a1cddc3138c2b5ffb909d645d6509e21c7dd2d48c6eb960
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -172,9 +172,8 @@ __device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned 
 //                                    largest scaled value lies in [2^14, 2^15)
 // Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
 // products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
-// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
-enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
+constexpr int CAKE_S16_BYTES = 33792;
+constexpr int CAKE_S16_EXP = 32768;
 
 // The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
 __device__ __forceinline__ unsigned int cake_s16_exp(float m) {

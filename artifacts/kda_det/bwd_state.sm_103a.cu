@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:96e12458cf3af75923c59d0f1038d8a1a8074236a246d8ae46c6fc6a85819d8d
+// identity: sha256:22b8a709ff7180729319085b69641addb70140f54aa30960b501012bb9864d41
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -114,182 +114,8 @@ __device__ __forceinline__ int cake_opaque(int x) {
     return x;
 }
 // ---- end cake/opaque.cuh ----
-// ---- begin cake/tile16.cuh ----
-// kda's chunk tiles in 16 bits (the byte diet, docs/wgmma-plan.md): W, Qg, Aqk and Kd^T, which the
-// state passes take only as TF32 tensor-core operands, as fp16 values under one power-of-two
-// scale per row. Plain C++ apart from cake/f16.cuh's conversion (the CPU emulator has its twin).
-//
-// A record of a ROWS x COLS tile, CAKE_T16_BYTES(ROWS, COLS) bytes:
-//   fp16 [ROWS][COLS] at the element offsets of the tile's fp32 form (sm_90a: kda_fwd_state's
-//                     image of it, cake/chunk_image.cuh; the portable programs: row-major), so a
-//                     reader widens 16 bytes of the record into the 32 bytes of its fp32 tile at the
-//                     same element offset, with no index arithmetic: TF32(x) * 2^(141 - E), as
-//                     cake/state16.cuh scales a group of S; exact (fp16 keeps TF32's 11
-//                     significant bits) wherever the scaled value is normal, >= 2^-14, i.e. >= 2^-28
-//                     of its row's largest; below it the error is at most 2^-25 * 2^(E - 141),
-//                     < 2^-39 of the row's largest
-//   u8 E [ROWS]       at byte 2 ROWS COLS, indexed by where the row is stored: its image row on
-//                     sm_90a (pkinv(r) for W and Kd^T, r for Qg and Aqk; element offset o lies in
-//                     image row (o / 32) % ROWS), r in the portable programs (o / COLS):
-//                     E = cake_s16_exp(the row's largest |TF32(x)|), so that the largest scaled
-//                     value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
-// padded to 16 bytes, so that one bulk copy takes a record whole.
-// ---- begin cake/state16.cuh ----
-
-// ---- begin cake/f16.cuh ----
-
-// fp16 conversions and the 16-bit SIMD max: kda's 16-bit chunk-start states (cake/state16.cuh)
-// and cake/mma_f16.cuh's tensor-core operands.
-
-// Two floats to one f16x2 register, round to nearest even: lo in bits 0-15 (the lower k or column
-// index of a fragment pair, the lower address in memory), hi in bits 16-31. Out of range: +-inf;
-// below 2^-14: subnormal.
-__device__ __forceinline__ unsigned int cake_f16x2(float lo, float hi) {
-    unsigned int r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-// The two halves of an f16x2 register as floats (exact).
-__device__ __forceinline__ float2 cake_f16x2_to_f32(unsigned int h) {
-    float lo, hi;
-    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
-        : "=f"(lo), "=f"(hi) : "r"(h));
-    return make_float2(lo, hi);
-}
-
-// The larger of each 16-bit lane, unsigned (max.u16x2: sm_90+, one instruction).
-__device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned int b) {
-    unsigned int r;
-    asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-// ---- end cake/f16.cuh ----
-
-// kda's chunk-start states in 16 bits (kda_fwd_state / _local write them, kda_bwd_chunk reads them;
-// docs/notes.md, session 20). One record per (chunk, head), CAKE_S16_BYTES bytes:
-//   fp16 [128 keys d][128 values v]  TF32(S[d][v]) * 2^(141 - E), exact: TF32 (cvt.rn, what every
-//                                    product of S rounds it to) keeps fp16's 11 significant bits;
-//                                    within each group of 16 values (32 bytes) value 16 G + r sits
-//                                    at position 2 (r & 7) + (r >> 3), the order
-//                                    in which kda_fwd_state's wgmma accumulators hold them (a
-//                                    lane's rows g and g + 8 make one 4-byte word)
-//   u8 E [8 groups][128 keys d]      at CAKE_S16_EXP: group v / 16; E = max(15, the biased fp32
-//                                    exponent of the group's largest |TF32(S)|), so that the
-//                                    largest scaled value lies in [2^14, 2^15)
-// Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
-// products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
-// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
-enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
-
-// The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
-__device__ __forceinline__ unsigned int cake_s16_exp(float m) {
-    const unsigned int e = __float_as_uint(m) >> 23;
-    return e < 15u ? 15u : e;
-}
-// The writer's factor 2^(141 - E) and the reader's 2^(E - 141) (E in [15, 255]: both normal floats).
-__device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
-__device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
-// ---- end cake/state16.cuh ----
-
-#define CAKE_T16_BYTES(rows, cols) ((2 * (rows) * (cols) + (rows) + 15) / 16 * 16)
-
-// Two TF32 values of one row, scaled by the row's 2^(141 - E) (cake_s16_down(E)), as one f16x2
-// word: lo at the lower column.
-__device__ __forceinline__ unsigned int cake_t16_pack(float lo, float hi, float down) {
-    return cake_f16x2(lo * down, hi * down);
-}
-
-// The largest magnitude of four values.
-__device__ __forceinline__ float cake_t16_max4(float a, float b, float c, float d) {
-    return fmaxf(fmaxf(fabsf(a), fabsf(b)), fmaxf(fabsf(c), fabsf(d)));
-}
-// The largest m over the LANES lanes (a power of two) of each aligned group, in every lane of it:
-// exact, so its order does not matter.
-template <int LANES>
-__device__ __forceinline__ float cake_t16_group_max(float m) {
-#pragma unroll
-    for (int b = LANES / 2; b > 0; b >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, b));
-    return m;
-}
-// A record's 4-value piece (8 bytes) as fp32, with its row's factor up = cake_s16_up(E).
-__device__ __forceinline__ float4 cake_t16_widen4(uint2 h, float up) {
-    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
-    return make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
-}
-// Four TF32 values of one row at halves p .. p + 3 of a record in global memory (8-byte aligned).
-__device__ __forceinline__ void cake_t16_store4(unsigned short* p, float4 y, float down) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(cake_t16_pack(y.x, y.y, down), cake_t16_pack(y.z, y.w, down));
-}
-
-// A record widened in place into its tile's fp32 form: the record sits in the top
-// CAKE_T16_BYTES(ROWS, COLS) bytes of the tile's 4 ROWS COLS, where one bulk copy put it. NT threads
-// (index tw) each read their 4-value pieces (8 bytes of the record, 16 of the tile: piece u of both
-// at the same place) and rows' factors 2^(E - 141), meet at sync() (every read done: the writes
-// below overwrite the record), then write the pieces as fp32. IMAGE: the tile is an sm_90a image
-// (piece u in image row (u / 8) % ROWS), else row-major. The caller orders the writes before
-// their readers (a proxy fence before wgmma, and a barrier).
-template <int ROWS, int COLS, int NT, bool IMAGE, class Sync>
-__device__ __forceinline__ void cake_t16_widen(float* tile, int tw, Sync sync) {
-    constexpr int kPieces = ROWS * COLS / 4, kPer = kPieces / NT;
-    static_assert(kPieces % NT == 0, "cake_t16_widen: whole pieces per thread");
-    const unsigned char* rec =
-        reinterpret_cast<const unsigned char*>(tile) + 4 * ROWS * COLS - CAKE_T16_BYTES(ROWS, COLS);
-    uint2 h[kPer];
-    float up[kPer];
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-        const int u = tw + NT * k;
-        h[k] = reinterpret_cast<const uint2*>(rec)[u];
-        const int row = IMAGE ? (u >> 3) & (ROWS - 1) : 4 * u / COLS;
-        up[k] = cake_s16_up(rec[2 * ROWS * COLS + row]);
-    }
-    sync();
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) reinterpret_cast<float4*>(tile)[tw + NT * k] = cake_t16_widen4(h[k], up[k]);
-}
-
-// A 4-value piece of a tile as its reader loads it: fp32 (Piece<false>, 16 bytes) or the 16-bit
-// record's 8 bytes (Piece<true>), widened when used with its row's factor up = cake_s16_up(E), so
-// that the loads can be issued well before the widening. base: the tile's fp32 slot, where the
-// record starts; o: the element offset (both forms keep it).
-template <bool RECORD>
-struct CakeT16Piece {
-    float4 v;
-    __device__ __forceinline__ void load(const float* base, int o) { v = *reinterpret_cast<const float4*>(base + o); }
-    __device__ __forceinline__ float4 get(float) const { return v; }
-};
-template <>
-struct CakeT16Piece<true> {
-    uint2 v;
-    __device__ __forceinline__ void load(const float* base, int o) {
-        v = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(base) + o);
-    }
-    __device__ __forceinline__ float4 get(float up) const { return cake_t16_widen4(v, up); }
-};
-// The factor 2^(E - 141) of stored row `row` of a ROWS x COLS record at base (1 when not a record).
-template <bool RECORD, int ROWS, int COLS>
-__device__ __forceinline__ float cake_t16_up(const float* base, int row) {
-    if (!RECORD) return 1.f;
-    return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
-}
-
-// A record's 4-value piece that cp.async put in the upper half of its 16-byte fp32 slot
-// (cake_cp_async8 to slot + 2), widened in place by the thread that copied it once its copy has
-// landed (no other thread reads the slot before the barrier that follows); up: its row's factor.
-__device__ __forceinline__ void cake_t16_widen_slot(float* slot, float up) {
-    *reinterpret_cast<float4*>(slot) = cake_t16_widen4(*reinterpret_cast<const uint2*>(slot + 2), up);
-}
-// ---- end cake/tile16.cuh ----
 
 namespace {
-
-// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in
-// shared memory where they land: in each thread's own cp.async slots (kda_bwd_state, the portable
-// programs), in place by the block (kda_bwd_state_bulk). The byte diet, docs/wgmma-plan.md; off in
-// the shipped programs until every reader takes them.
-constexpr bool kTile16QA = false;
 
 // The mma.sync program's tiles and product step (sm_90a's wgmma bodies use none of them).
 // B-operand tiles ([n][k] storage, read with float4 along k): the forward state pass's swizzle.
@@ -395,12 +221,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
 #pragma unroll
         for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + sA + 1024 * i, kd + 1024 * i, 16);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            if constexpr (kTile16QA)  // the record's 8-byte piece into the slot's upper half
-                cake_cp_async8(As + sA + 1024 * i + 2, reinterpret_cast<const unsigned short*>(Aqk + wsi * 4096) + gA + 1024 * i);
-            else
-                cake_cp_async16(As + sA + 1024 * i, aq + 1024 * i, 16);
-        }
+        for (int i = 0; i < 4; ++i) cake_cp_async16(As + sA + 1024 * i, aq + 1024 * i, 16);
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
         const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64;
 #pragma unroll
@@ -415,12 +236,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     auto issue_b = [&](int ci) {
         const long long base = ((long long)ci * H + h) * 8192 + gB;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            if constexpr (kTile16QA)
-                cake_cp_async8(Qs + (sB ^ (16 * (j & 1))) + 1024 * j + 2, reinterpret_cast<const unsigned short*>(Qg + ((long long)ci * H + h) * 8192) + gB + 1024 * j);
-            else
-                cake_cp_async16(Qs + (sB ^ (16 * (j & 1))) + 1024 * j, Qg + base + 1024 * j, 16);
-        }
+        for (int j = 0; j < 8; ++j) cake_cp_async16(Qs + (sB ^ (16 * (j & 1))) + 1024 * j, Qg + base + 1024 * j, 16);
 #pragma unroll
         for (int j = 0; j < 8; ++j) cake_cp_async16(Ws + (sB ^ (16 * (j & 1))) + 1024 * j, W + base + 1024 * j, 16);
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
@@ -479,10 +295,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         const int ci = c0 + i;
         const long long wsi = (long long)ci * H + h;
         cake_cp_async_wait<1>();  // group A of this chunk (group B may still be in flight)
-        if constexpr (kTile16QA)  // Aqk's pieces of this thread: rows rA + 16 i
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                cake_t16_widen_slot(As + sA + 1024 * i, cake_t16_up<true, 64, 64>(Aqk + wsi * 4096, rA + 16 * i));
         __syncthreads();
         // dO (bf16, rows >= L already zero) -> dO^T fp32 (bf16 is exact in TF32). A warp takes 32
         // consecutive tokens of one 8-value chunk: the staging reads (swizzled by at_or) and the
@@ -554,10 +366,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
         if (i > 0) issue_a(ci - 1);
         cake_cp_async_commit();
         cake_cp_async_wait<1>();  // group B of this chunk
-        if constexpr (kTile16QA)  // Qg's pieces of this thread: rows rB + 8 j
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                cake_t16_widen_slot(Qs + (sB ^ (16 * (j & 1))) + 1024 * j, cake_t16_up<true, 64, 128>(Qg + wsi * 8192, rB + 8 * j));
         __syncthreads();
 
         // Phase B: dS = diag(gl) dS + Qg^T dO + W^T (-dVn) (every warp its own 32x32 tile).
@@ -663,12 +471,7 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
 #pragma unroll
         for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + sA + 1024 * i, kd + 1024 * i, 16);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            if constexpr (kTile16QA)  // the record's 8-byte piece into the slot's upper half
-                cake_cp_async8(As + sA + 1024 * i + 2, reinterpret_cast<const unsigned short*>(Aqk + wsi * 4096) + gA + 1024 * i);
-            else
-                cake_cp_async16(As + sA + 1024 * i, aq + 1024 * i, 16);
-        }
+        for (int i = 0; i < 4; ++i) cake_cp_async16(As + sA + 1024 * i, aq + 1024 * i, 16);
         const int t0 = chunks[2 * ci], L = chunks[2 * ci + 1];
         const unsigned short* src = dout + (long long)t0 * tok_stride + h * 128 + vb * 64;
 #pragma unroll
@@ -683,12 +486,7 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
     auto issue_b = [&](int ci) {
         const long long base = ((long long)ci * H + h) * 8192 + gB;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            if constexpr (kTile16QA)
-                cake_cp_async8(Qs + (sB ^ (16 * (j & 1))) + 1024 * j + 2, reinterpret_cast<const unsigned short*>(Qg + ((long long)ci * H + h) * 8192) + gB + 1024 * j);
-            else
-                cake_cp_async16(Qs + (sB ^ (16 * (j & 1))) + 1024 * j, Qg + base + 1024 * j, 16);
-        }
+        for (int j = 0; j < 8; ++j) cake_cp_async16(Qs + (sB ^ (16 * (j & 1))) + 1024 * j, Qg + base + 1024 * j, 16);
 #pragma unroll
         for (int j = 0; j < 8; ++j) cake_cp_async16(Ws + (sB ^ (16 * (j & 1))) + 1024 * j, W + base + 1024 * j, 16);
         if (tid < 32) cake_cp_async16(Gs + 4 * tid, gl + ((long long)ci * H + h) * 128 + 4 * tid, 16);
@@ -747,10 +545,6 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
         const int ci = c0 + i;
         const long long wsi = (long long)ci * H + h;
         cake_cp_async_wait<1>();  // group A of this chunk (group B may still be in flight)
-        if constexpr (kTile16QA)  // Aqk's pieces of this thread: rows rA + 16 i
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                cake_t16_widen_slot(As + sA + 1024 * i, cake_t16_up<true, 64, 64>(Aqk + wsi * 4096, rA + 16 * i));
         __syncthreads();
         // dO (bf16, rows >= L already zero) -> dO^T fp32 (bf16 is exact in TF32). A warp takes 32
         // consecutive tokens of one 8-value chunk: the staging reads (swizzled by at_or) and the
@@ -822,10 +616,6 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
         if (i > 0) issue_a(ci - 1);
         cake_cp_async_commit();
         cake_cp_async_wait<1>();  // group B of this chunk
-        if constexpr (kTile16QA)  // Qg's pieces of this thread: rows rB + 8 j
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                cake_t16_widen_slot(Qs + (sB ^ (16 * (j & 1))) + 1024 * j, cake_t16_up<true, 64, 128>(Qg + wsi * 8192, rB + 8 * j));
         __syncthreads();
 
         // Phase B: dS = diag(gl) dS + Qg^T dO + W^T (-dVn) (every warp its own 32x32 tile).

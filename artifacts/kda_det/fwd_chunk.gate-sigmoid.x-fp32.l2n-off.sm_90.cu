@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_chunk.cu.j2
 // record: kda_det/fwd_chunk.gate-sigmoid.x-fp32.l2n-off  program: kda_det.fwd_chunk.gate-sigmoid.x-fp32.l2n-off.sm_90
-// identity: sha256:e916e64bacb5ca37671c32734814531c2fee725d62b705ce0224bc07b4621593
+// identity: sha256:9bc4267b94ab2feea6ffea4ba592235f870a1b1f2aad584fb4b3dddcb9c9438a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -276,174 +276,6 @@ __device__ __forceinline__ void cake_halve(float (&v)[M], int lane) {
     }
 }
 // ---- end cake/warp_halve.cuh ----
-// ---- begin cake/tile16.cuh ----
-// kda's chunk tiles in 16 bits (the byte diet, docs/wgmma-plan.md): W, Qg, Aqk and Kd^T, which the
-// state passes take only as TF32 tensor-core operands, as fp16 values under one power-of-two
-// scale per row. Plain C++ apart from cake/f16.cuh's conversion (the CPU emulator has its twin).
-//
-// A record of a ROWS x COLS tile, CAKE_T16_BYTES(ROWS, COLS) bytes:
-//   fp16 [ROWS][COLS] at the element offsets of the tile's fp32 form (sm_90a: kda_fwd_state's
-//                     image of it, cake/chunk_image.cuh; the portable programs: row-major), so a
-//                     reader widens 16 bytes of the record into the 32 bytes of its fp32 tile at the
-//                     same element offset, with no index arithmetic: TF32(x) * 2^(141 - E), as
-//                     cake/state16.cuh scales a group of S; exact (fp16 keeps TF32's 11
-//                     significant bits) wherever the scaled value is normal, >= 2^-14, i.e. >= 2^-28
-//                     of its row's largest; below it the error is at most 2^-25 * 2^(E - 141),
-//                     < 2^-39 of the row's largest
-//   u8 E [ROWS]       at byte 2 ROWS COLS, indexed by where the row is stored: its image row on
-//                     sm_90a (pkinv(r) for W and Kd^T, r for Qg and Aqk; element offset o lies in
-//                     image row (o / 32) % ROWS), r in the portable programs (o / COLS):
-//                     E = cake_s16_exp(the row's largest |TF32(x)|), so that the largest scaled
-//                     value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
-// padded to 16 bytes, so that one bulk copy takes a record whole.
-// ---- begin cake/state16.cuh ----
-
-// ---- begin cake/f16.cuh ----
-
-// fp16 conversions and the 16-bit SIMD max: kda's 16-bit chunk-start states (cake/state16.cuh)
-// and cake/mma_f16.cuh's tensor-core operands.
-
-// Two floats to one f16x2 register, round to nearest even: lo in bits 0-15 (the lower k or column
-// index of a fragment pair, the lower address in memory), hi in bits 16-31. Out of range: +-inf;
-// below 2^-14: subnormal.
-__device__ __forceinline__ unsigned int cake_f16x2(float lo, float hi) {
-    unsigned int r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
-
-// The two halves of an f16x2 register as floats (exact).
-__device__ __forceinline__ float2 cake_f16x2_to_f32(unsigned int h) {
-    float lo, hi;
-    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
-        : "=f"(lo), "=f"(hi) : "r"(h));
-    return make_float2(lo, hi);
-}
-
-// The larger of each 16-bit lane, unsigned (max.u16x2: sm_90+, one instruction).
-__device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned int b) {
-    unsigned int r;
-    asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-// ---- end cake/f16.cuh ----
-
-// kda's chunk-start states in 16 bits (kda_fwd_state / _local write them, kda_bwd_chunk reads them;
-// docs/notes.md, session 20). One record per (chunk, head), CAKE_S16_BYTES bytes:
-//   fp16 [128 keys d][128 values v]  TF32(S[d][v]) * 2^(141 - E), exact: TF32 (cvt.rn, what every
-//                                    product of S rounds it to) keeps fp16's 11 significant bits;
-//                                    within each group of 16 values (32 bytes) value 16 G + r sits
-//                                    at position 2 (r & 7) + (r >> 3), the order
-//                                    in which kda_fwd_state's wgmma accumulators hold them (a
-//                                    lane's rows g and g + 8 make one 4-byte word)
-//   u8 E [8 groups][128 keys d]      at CAKE_S16_EXP: group v / 16; E = max(15, the biased fp32
-//                                    exponent of the group's largest |TF32(S)|), so that the
-//                                    largest scaled value lies in [2^14, 2^15)
-// Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
-// products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
-// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
-enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
-
-// The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
-__device__ __forceinline__ unsigned int cake_s16_exp(float m) {
-    const unsigned int e = __float_as_uint(m) >> 23;
-    return e < 15u ? 15u : e;
-}
-// The writer's factor 2^(141 - E) and the reader's 2^(E - 141) (E in [15, 255]: both normal floats).
-__device__ __forceinline__ float cake_s16_down(unsigned int e) { return __uint_as_float((268u - e) << 23); }
-__device__ __forceinline__ float cake_s16_up(unsigned int e) { return __uint_as_float((e - 14u) << 23); }
-// ---- end cake/state16.cuh ----
-
-#define CAKE_T16_BYTES(rows, cols) ((2 * (rows) * (cols) + (rows) + 15) / 16 * 16)
-
-// Two TF32 values of one row, scaled by the row's 2^(141 - E) (cake_s16_down(E)), as one f16x2
-// word: lo at the lower column.
-__device__ __forceinline__ unsigned int cake_t16_pack(float lo, float hi, float down) {
-    return cake_f16x2(lo * down, hi * down);
-}
-
-// The largest magnitude of four values.
-__device__ __forceinline__ float cake_t16_max4(float a, float b, float c, float d) {
-    return fmaxf(fmaxf(fabsf(a), fabsf(b)), fmaxf(fabsf(c), fabsf(d)));
-}
-// The largest m over the LANES lanes (a power of two) of each aligned group, in every lane of it:
-// exact, so its order does not matter.
-template <int LANES>
-__device__ __forceinline__ float cake_t16_group_max(float m) {
-#pragma unroll
-    for (int b = LANES / 2; b > 0; b >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, b));
-    return m;
-}
-// A record's 4-value piece (8 bytes) as fp32, with its row's factor up = cake_s16_up(E).
-__device__ __forceinline__ float4 cake_t16_widen4(uint2 h, float up) {
-    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
-    return make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
-}
-// Four TF32 values of one row at halves p .. p + 3 of a record in global memory (8-byte aligned).
-__device__ __forceinline__ void cake_t16_store4(unsigned short* p, float4 y, float down) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(cake_t16_pack(y.x, y.y, down), cake_t16_pack(y.z, y.w, down));
-}
-
-// A record widened in place into its tile's fp32 form: the record sits in the top
-// CAKE_T16_BYTES(ROWS, COLS) bytes of the tile's 4 ROWS COLS, where one bulk copy put it. NT threads
-// (index tw) each read their 4-value pieces (8 bytes of the record, 16 of the tile: piece u of both
-// at the same place) and rows' factors 2^(E - 141), meet at sync() (every read done: the writes
-// below overwrite the record), then write the pieces as fp32. IMAGE: the tile is an sm_90a image
-// (piece u in image row (u / 8) % ROWS), else row-major. The caller orders the writes before
-// their readers (a proxy fence before wgmma, and a barrier).
-template <int ROWS, int COLS, int NT, bool IMAGE, class Sync>
-__device__ __forceinline__ void cake_t16_widen(float* tile, int tw, Sync sync) {
-    constexpr int kPieces = ROWS * COLS / 4, kPer = kPieces / NT;
-    static_assert(kPieces % NT == 0, "cake_t16_widen: whole pieces per thread");
-    const unsigned char* rec =
-        reinterpret_cast<const unsigned char*>(tile) + 4 * ROWS * COLS - CAKE_T16_BYTES(ROWS, COLS);
-    uint2 h[kPer];
-    float up[kPer];
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-        const int u = tw + NT * k;
-        h[k] = reinterpret_cast<const uint2*>(rec)[u];
-        const int row = IMAGE ? (u >> 3) & (ROWS - 1) : 4 * u / COLS;
-        up[k] = cake_s16_up(rec[2 * ROWS * COLS + row]);
-    }
-    sync();
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) reinterpret_cast<float4*>(tile)[tw + NT * k] = cake_t16_widen4(h[k], up[k]);
-}
-
-// A 4-value piece of a tile as its reader loads it: fp32 (Piece<false>, 16 bytes) or the 16-bit
-// record's 8 bytes (Piece<true>), widened when used with its row's factor up = cake_s16_up(E), so
-// that the loads can be issued well before the widening. base: the tile's fp32 slot, where the
-// record starts; o: the element offset (both forms keep it).
-template <bool RECORD>
-struct CakeT16Piece {
-    float4 v;
-    __device__ __forceinline__ void load(const float* base, int o) { v = *reinterpret_cast<const float4*>(base + o); }
-    __device__ __forceinline__ float4 get(float) const { return v; }
-};
-template <>
-struct CakeT16Piece<true> {
-    uint2 v;
-    __device__ __forceinline__ void load(const float* base, int o) {
-        v = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(base) + o);
-    }
-    __device__ __forceinline__ float4 get(float up) const { return cake_t16_widen4(v, up); }
-};
-// The factor 2^(E - 141) of stored row `row` of a ROWS x COLS record at base (1 when not a record).
-template <bool RECORD, int ROWS, int COLS>
-__device__ __forceinline__ float cake_t16_up(const float* base, int row) {
-    if (!RECORD) return 1.f;
-    return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
-}
-
-// A record's 4-value piece that cp.async put in the upper half of its 16-byte fp32 slot
-// (cake_cp_async8 to slot + 2), widened in place by the thread that copied it once its copy has
-// landed (no other thread reads the slot before the barrier that follows); up: its row's factor.
-__device__ __forceinline__ void cake_t16_widen_slot(float* slot, float up) {
-    *reinterpret_cast<float4*>(slot) = cake_t16_widen4(*reinterpret_cast<const uint2*>(slot + 2), up);
-}
-// ---- end cake/tile16.cuh ----
 
 namespace {
 
@@ -455,14 +287,6 @@ __device__ __forceinline__ int out_u(int r, int v) { return r * 128 + v; }
 __device__ __forceinline__ int out_qg(int r, int k) { return r * 128 + k; }
 __device__ __forceinline__ int out_kd(int d, int r) { return d * 64 + r; }
 __device__ __forceinline__ int out_aqk(int r, int c) { return r * 64 + c; }
-__device__ __forceinline__ int erow_pk(int r) { return r; }
-
-// W and Kd^T (kTile16WK), Qg and Aqk (kTile16QA) as 16-bit records (cake/tile16.cuh: fp16 at
-// the fp32 form's element offsets, out_*, then a row exponent byte each), each at the start of
-// its tile's fp32 slot: the byte diet (docs/wgmma-plan.md). Not every reader takes the records
-// yet, so the shipped programs keep both off; tests/test_tile16_emu.py turns them on.
-constexpr bool kTile16WK = false;
-constexpr bool kTile16QA = false;
 
 constexpr bool kL2Norm = false;
 constexpr int kGate = 2;
@@ -928,14 +752,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = rtf32(m * x[1] * cake_ex2(gg.y));
             y.z = rtf32(m * x[2] * cake_ex2(gg.z));
             y.w = rtf32(m * x[3] * cake_ex2(gg.w));
-            if constexpr (kTile16QA) {  // a warp holds the whole row
-                const unsigned int e = cake_s16_exp(cake_t16_group_max<32>(cake_t16_max4(y.x, y.y, y.z, y.w)));
-                unsigned short* rec = reinterpret_cast<unsigned short*>(out);
-                cake_t16_store4(rec + out_qg(r, 4 * c4), y, cake_s16_down(e));
-                if (c4 == 0) reinterpret_cast<unsigned char*>(rec)[2 * 64 * 128 + r] = (unsigned char)e;
-            } else {
-                cake_st_global_v4(out + out_qg(r, 4 * c4), y);
-            }
+            cake_st_global_v4(out + out_qg(r, 4 * c4), y);
         }
     }
     __syncthreads();
@@ -958,14 +775,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             const float kv = cake_ld1_bf16(ks, r, d) * (kL2Norm ? rk[r] : 1.f);
             y[e] = rtf32(kv * cake_ex2(gend - gs[at_gam(r, d >> 2) + (d & 3)]));
         }
-        if constexpr (kTile16WK) {  // a half warp holds the whole row (key d)
-            const unsigned int e = cake_s16_exp(cake_t16_group_max<16>(cake_t16_max4(y[0], y[1], y[2], y[3])));
-            unsigned short* rec = reinterpret_cast<unsigned short*>(Kd + ws * 8192);
-            cake_t16_store4(rec + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]), cake_s16_down(e));
-            if ((lane & 15) == 0) reinterpret_cast<unsigned char*>(rec)[2 * 128 * 64 + erow_pk(d)] = (unsigned char)e;
-        } else {
-            cake_st_global_v4(Kd + ws * 8192 + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));
-        }
+        cake_st_global_v4(Kd + ws * 8192 + out_kd(d, r0), make_float4(y[0], y[1], y[2], y[3]));
     };
     float tcol[16];
     if (warp < 2) {
@@ -1006,14 +816,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
             y.y = 4 * c4 + 1 <= r ? rtf32(a.y) : 0.f;
             y.z = 4 * c4 + 2 <= r ? rtf32(a.z) : 0.f;
             y.w = 4 * c4 + 3 <= r ? rtf32(a.w) : 0.f;
-            if constexpr (kTile16QA) {  // a half warp holds the whole row
-                const unsigned int e = cake_s16_exp(cake_t16_group_max<16>(cake_t16_max4(y.x, y.y, y.z, y.w)));
-                unsigned short* rec = reinterpret_cast<unsigned short*>(aout);
-                cake_t16_store4(rec + out_aqk(r, 4 * c4), y, cake_s16_down(e));
-                if (c4 == 0) reinterpret_cast<unsigned char*>(rec)[2 * 64 * 64 + r] = (unsigned char)e;
-            } else {
-                cake_st_global_v4(aout + out_aqk(r, 4 * c4), y);
-            }
+            cake_st_global_v4(aout + out_aqk(r, 4 * c4), y);
         }
         for (int task = warp - 2; task < kKdSplit; task += 6) kd_task(task);
         if (tid >= 128) {
@@ -1143,50 +946,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) kda_fwd_chunk(
                 }
             }
         }
-        if constexpr (kTile16WK) {
-            // W's 16-bit record: each row's largest |TF32| over this warp's 16 columns (a quad's
-            // lanes share the rows), then over the eight warps through q's tile (free since Qg was
-            // written), [64 rows][8 warps]
-            float* wmax = reinterpret_cast<float*>(qs);
-#pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    acc[mi][0][x] = rtf32(acc[mi][0][x]);
-                    acc[mi][1][x] = rtf32(acc[mi][1][x]);
-                }
-#pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const float m = cake_t16_group_max<4>(cake_t16_max4(
-                        acc[mi][0][2 * hh], acc[mi][0][2 * hh + 1], acc[mi][1][2 * hh], acc[mi][1][2 * hh + 1]));
-                    if (t == 0) wmax[(16 * mi + 8 * hh + g) * 8 + warp] = m;
-                }
-            __syncthreads();
-            // (rows 16 mi + g, + 8 a constant step from row g, as for the fp32 stores below)
-            unsigned short* rec = reinterpret_cast<unsigned short*>(W + ws * 8192);
-            const int step8 = out_w(8, 0) - out_w(0, 0), step16 = out_w(16, 0) - out_w(0, 0);
-            const int o0 = out_w(g, cb + 2 * t), o1 = out_w(g, cb + 8 + 2 * t);
-#pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int r = 16 * mi + 8 * hh + g;
-                    const float4 a = ld4_f32(wmax, 8 * r), b = ld4_f32(wmax, 8 * r + 4);
-                    const unsigned int e = cake_s16_exp(fmaxf(cake_t16_max4(a.x, a.y, a.z, a.w), cake_t16_max4(b.x, b.y, b.z, b.w)));
-                    const float down = cake_s16_down(e);
-#pragma unroll
-                    for (int ni = 0; ni < 2; ++ni)
-                        *reinterpret_cast<unsigned int*>(rec + (ni ? o1 : o0) + mi * step16 + hh * step8) =
-                            cake_t16_pack(acc[mi][ni][2 * hh], acc[mi][ni][2 * hh + 1], down);
-                    if (warp == 0 && t == 0) reinterpret_cast<unsigned char*>(rec)[2 * 64 * 128 + erow_pk(r)] = (unsigned char)e;
-                }
-        }
         // Rows 16 mi + g and + 8 lie a constant step from row g in either layout (both repeat
         // every 8 rows), so one offset per n-tile: with one per element the g program spilled.
 #pragma unroll
-        for (int ni = kTile16WK ? 2 : 0; ni < 4; ++ni) {
+        for (int ni = 0; ni < 4; ++ni) {
             const bool isW = ni < 2;
             const int col = cb + 8 * (ni & 1) + 2 * t;
             float* const out = (isW ? W : U) + ws * 8192 + (isW ? out_w(g, col) : out_u(g, col));

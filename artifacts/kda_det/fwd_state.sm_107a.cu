@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/fwd_state.cu.j2
 // record: kda_det/fwd_state  program: kda_det.fwd_state.sm_107a
-// identity: sha256:0e0ca948e585786badd532a384c2642d5939ad059c1426d1849ce75060d02935
+// identity: sha256:1962c47f42b22e62e8ea70ff3d3ee817779606f1ca2b89e444b09b0823d5cfb7
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -149,9 +149,8 @@ __device__ __forceinline__ unsigned int cake_max_u16x2(unsigned int a, unsigned 
 //                                    largest scaled value lies in [2^14, 2^15)
 // Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
 // products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
-// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
-enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
+constexpr int CAKE_S16_BYTES = 33792;
+constexpr int CAKE_S16_EXP = 32768;
 
 // The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
 __device__ __forceinline__ unsigned int cake_s16_exp(float m) {
@@ -227,124 +226,8 @@ __device__ __forceinline__ int cake_img_u(int r, int v) {
     return (v >> 6) * 4096 + r * 64 + ((((v & 63) >> 2) ^ cake_sw64(r)) << 2) + (v & 3);
 }
 // ---- end cake/chunk_image.cuh ----
-// ---- begin cake/tile16.cuh ----
-// kda's chunk tiles in 16 bits (the byte diet, docs/wgmma-plan.md): W, Qg, Aqk and Kd^T, which the
-// state passes take only as TF32 tensor-core operands, as fp16 values under one power-of-two
-// scale per row. Plain C++ apart from cake/f16.cuh's conversion (the CPU emulator has its twin).
-//
-// A record of a ROWS x COLS tile, CAKE_T16_BYTES(ROWS, COLS) bytes:
-//   fp16 [ROWS][COLS] at the element offsets of the tile's fp32 form (sm_90a: kda_fwd_state's
-//                     image of it, cake/chunk_image.cuh; the portable programs: row-major), so a
-//                     reader widens 16 bytes of the record into the 32 bytes of its fp32 tile at the
-//                     same element offset, with no index arithmetic: TF32(x) * 2^(141 - E), as
-//                     cake/state16.cuh scales a group of S; exact (fp16 keeps TF32's 11
-//                     significant bits) wherever the scaled value is normal, >= 2^-14, i.e. >= 2^-28
-//                     of its row's largest; below it the error is at most 2^-25 * 2^(E - 141),
-//                     < 2^-39 of the row's largest
-//   u8 E [ROWS]       at byte 2 ROWS COLS, indexed by where the row is stored: its image row on
-//                     sm_90a (pkinv(r) for W and Kd^T, r for Qg and Aqk; element offset o lies in
-//                     image row (o / 32) % ROWS), r in the portable programs (o / COLS):
-//                     E = cake_s16_exp(the row's largest |TF32(x)|), so that the largest scaled
-//                     value lies in [2^14, 2^15) (E = 15 below that: tiny rows)
-// padded to 16 bytes, so that one bulk copy takes a record whole.
-
-#define CAKE_T16_BYTES(rows, cols) ((2 * (rows) * (cols) + (rows) + 15) / 16 * 16)
-
-// Two TF32 values of one row, scaled by the row's 2^(141 - E) (cake_s16_down(E)), as one f16x2
-// word: lo at the lower column.
-__device__ __forceinline__ unsigned int cake_t16_pack(float lo, float hi, float down) {
-    return cake_f16x2(lo * down, hi * down);
-}
-
-// The largest magnitude of four values.
-__device__ __forceinline__ float cake_t16_max4(float a, float b, float c, float d) {
-    return fmaxf(fmaxf(fabsf(a), fabsf(b)), fmaxf(fabsf(c), fabsf(d)));
-}
-// The largest m over the LANES lanes (a power of two) of each aligned group, in every lane of it:
-// exact, so its order does not matter.
-template <int LANES>
-__device__ __forceinline__ float cake_t16_group_max(float m) {
-#pragma unroll
-    for (int b = LANES / 2; b > 0; b >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, b));
-    return m;
-}
-// A record's 4-value piece (8 bytes) as fp32, with its row's factor up = cake_s16_up(E).
-__device__ __forceinline__ float4 cake_t16_widen4(uint2 h, float up) {
-    const float2 a = cake_f16x2_to_f32(h.x), b = cake_f16x2_to_f32(h.y);
-    return make_float4(a.x * up, a.y * up, b.x * up, b.y * up);
-}
-// Four TF32 values of one row at halves p .. p + 3 of a record in global memory (8-byte aligned).
-__device__ __forceinline__ void cake_t16_store4(unsigned short* p, float4 y, float down) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(cake_t16_pack(y.x, y.y, down), cake_t16_pack(y.z, y.w, down));
-}
-
-// A record widened in place into its tile's fp32 form: the record sits in the top
-// CAKE_T16_BYTES(ROWS, COLS) bytes of the tile's 4 ROWS COLS, where one bulk copy put it. NT threads
-// (index tw) each read their 4-value pieces (8 bytes of the record, 16 of the tile: piece u of both
-// at the same place) and rows' factors 2^(E - 141), meet at sync() (every read done: the writes
-// below overwrite the record), then write the pieces as fp32. IMAGE: the tile is an sm_90a image
-// (piece u in image row (u / 8) % ROWS), else row-major. The caller orders the writes before
-// their readers (a proxy fence before wgmma, and a barrier).
-template <int ROWS, int COLS, int NT, bool IMAGE, class Sync>
-__device__ __forceinline__ void cake_t16_widen(float* tile, int tw, Sync sync) {
-    constexpr int kPieces = ROWS * COLS / 4, kPer = kPieces / NT;
-    static_assert(kPieces % NT == 0, "cake_t16_widen: whole pieces per thread");
-    const unsigned char* rec =
-        reinterpret_cast<const unsigned char*>(tile) + 4 * ROWS * COLS - CAKE_T16_BYTES(ROWS, COLS);
-    uint2 h[kPer];
-    float up[kPer];
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-        const int u = tw + NT * k;
-        h[k] = reinterpret_cast<const uint2*>(rec)[u];
-        const int row = IMAGE ? (u >> 3) & (ROWS - 1) : 4 * u / COLS;
-        up[k] = cake_s16_up(rec[2 * ROWS * COLS + row]);
-    }
-    sync();
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) reinterpret_cast<float4*>(tile)[tw + NT * k] = cake_t16_widen4(h[k], up[k]);
-}
-
-// A 4-value piece of a tile as its reader loads it: fp32 (Piece<false>, 16 bytes) or the 16-bit
-// record's 8 bytes (Piece<true>), widened when used with its row's factor up = cake_s16_up(E), so
-// that the loads can be issued well before the widening. base: the tile's fp32 slot, where the
-// record starts; o: the element offset (both forms keep it).
-template <bool RECORD>
-struct CakeT16Piece {
-    float4 v;
-    __device__ __forceinline__ void load(const float* base, int o) { v = *reinterpret_cast<const float4*>(base + o); }
-    __device__ __forceinline__ float4 get(float) const { return v; }
-};
-template <>
-struct CakeT16Piece<true> {
-    uint2 v;
-    __device__ __forceinline__ void load(const float* base, int o) {
-        v = *reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned short*>(base) + o);
-    }
-    __device__ __forceinline__ float4 get(float up) const { return cake_t16_widen4(v, up); }
-};
-// The factor 2^(E - 141) of stored row `row` of a ROWS x COLS record at base (1 when not a record).
-template <bool RECORD, int ROWS, int COLS>
-__device__ __forceinline__ float cake_t16_up(const float* base, int row) {
-    if (!RECORD) return 1.f;
-    return cake_s16_up(reinterpret_cast<const unsigned char*>(base)[2 * ROWS * COLS + row]);
-}
-
-// A record's 4-value piece that cp.async put in the upper half of its 16-byte fp32 slot
-// (cake_cp_async8 to slot + 2), widened in place by the thread that copied it once its copy has
-// landed (no other thread reads the slot before the barrier that follows); up: its row's factor.
-__device__ __forceinline__ void cake_t16_widen_slot(float* slot, float up) {
-    *reinterpret_cast<float4*>(slot) = cake_t16_widen4(*reinterpret_cast<const uint2*>(slot + 2), up);
-}
-// ---- end cake/tile16.cuh ----
 
 namespace {
-
-// Qg and Aqk as kda_fwd_chunk's 16-bit records (its kTile16QA; cake/tile16.cuh), widened in shared
-// memory where they land: sm_90a by warpgroup 1 in place, the portable programs by each thread in
-// its own cp.async slots (the byte diet, docs/wgmma-plan.md). Off in the shipped programs until
-// every reader takes them; tests/test_tile16_emu.py turns it on.
-constexpr bool kTile16QA = false;
 
 // fwd_state_local (kda_cp): the local passes of long sequences; fwd_state: everything else.
 constexpr bool kLocal = false;
@@ -466,16 +349,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         const float* qg = Qg + base + src_a;
 #pragma unroll
         for (int i = 0; i < 8; ++i) cake_cp_async16(Ws + dst_a + 1024 * i, w + 1024 * i, 16);
-        if (!kLocal) {  // Qg and Aqk feed O only
-            if constexpr (kTile16QA) {  // 16-bit records: each 8-byte piece into its slot's upper half
-                const unsigned short* rq = reinterpret_cast<const unsigned short*>(Qg + base) + src_a;
+        if (!kLocal)  // Qg and Aqk feed O only
 #pragma unroll
-                for (int i = 0; i < 8; ++i) cake_cp_async8(Qs + dst_a + 1024 * i + 2, rq + 1024 * i);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + dst_a + 1024 * i, qg + 1024 * i, 16);
-            }
-        }
+            for (int i = 0; i < 8; ++i) cake_cp_async16(Qs + dst_a + 1024 * i, qg + 1024 * i, 16);
     };
     auto issue_b = [&](int ci) {
         const long long wsi = (long long)ci * H + h;
@@ -483,16 +359,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         const float* aq = Aqk + wsi * 4096 + src_b;
 #pragma unroll
         for (int i = 0; i < 8; ++i) cake_cp_async16(Ks + dst_b + 1024 * i, kd + 1024 * i, 16);
-        if (!kLocal) {
-            if constexpr (kTile16QA) {
-                const unsigned short* ra16 = reinterpret_cast<const unsigned short*>(Aqk + wsi * 4096) + src_b;
+        if (!kLocal)
 #pragma unroll
-                for (int i = 0; i < 4; ++i) cake_cp_async8(As + dst_b + 1024 * i + 2, ra16 + 1024 * i);
-            } else {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) cake_cp_async16(As + dst_b + 1024 * i, aq + 1024 * i, 16);
-            }
-        }
+            for (int i = 0; i < 4; ++i) cake_cp_async16(As + dst_b + 1024 * i, aq + 1024 * i, 16);
         if (!kLocal || U != nullptr) {  // else Us holds the zeros written before the loop
             const float* u = U + wsi * 8192 + src_u;
 #pragma unroll
@@ -553,10 +422,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         // The two-pass local launches pull chunk i+2 into L2 now (prefetch_chunk_l2).
         if (pf && i + 2 < nc) prefetch_chunk(ci + 2);
         cake_cp_async_wait<1>();
-        if (kTile16QA && !kLocal)  // this thread's pieces of Qg(i) (rows ra + 8 j), once its copies landed
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-                cake_t16_widen_slot(Qs + dst_a + 1024 * j, cake_t16_up<true, 64, 128>(Qg + ((long long)ci * H + h) * 8192, ra + 8 * j));
         __syncthreads();
         // The chunk's start state in 16 bits (cake/state16.cuh) goes out two 8-byte stores every other
         // kp step of Phase 1, so the store queue drains under the mma instead of stalling every warp here
@@ -641,10 +506,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_fwd_state(
         if (i + 1 < nc) issue_a(ci + 1);
         cake_cp_async_commit();
         cake_cp_async_wait<1>();
-        if (kTile16QA && !kLocal)  // this thread's pieces of Aqk(i) (rows rb16 + 16 j)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                cake_t16_widen_slot(As + dst_b + 1024 * j, cake_t16_up<true, 64, 64>(Aqk + ((long long)ci * H + h) * 4096, rb16 + 16 * j));
         __syncthreads();
 
         // Phase 2: Vnew = U - W S, stored transposed for use as the B operand.

@@ -15,9 +15,8 @@
 //                                    largest scaled value lies in [2^14, 2^15)
 // Half the bytes of fp32 states, and the reader gets back exactly the TF32 values its tensor-core
 // products use; only its fp32 use of S_c (dgl) sees 11 significant bits instead of 24.
-// (enumerators: a program that includes this header for its helpers only, kda_fwd_chunk through
-// cake/tile16.cuh, references neither, and unreferenced constexpr variables draw NVRTC warning 177)
-enum : int { CAKE_S16_BYTES = 33792, CAKE_S16_EXP = 32768 };
+constexpr int CAKE_S16_BYTES = 33792;
+constexpr int CAKE_S16_EXP = 32768;
 
 // The exponent byte E of a group from its largest |value| m (m >= 0): max(15, m's biased exponent).
 __device__ __forceinline__ unsigned int cake_s16_exp(float m) {
