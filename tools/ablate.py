@@ -785,6 +785,35 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     "bwd_chunk.gate-g.l2n-off.sm_90a": {
         "nopf": NO_PREFETCH,
+        # phase 3b's A operand -Kg taken as k itself (no ex2, scaling or rounding; G's loads then
+        # unused): the bound on forming -Kg once a block instead of once in each of the four
+        # column-quarter warps (session 40's candidate 1; forming it once keeps ~a quarter)
+        "nokg": [
+            (
+                "alo.x = -rtf32(ka.x * rk0 * cake_ex2(ga.x)); alo.y = -rtf32(ka.y * rk0 * cake_ex2(ga.y));",
+                "alo = ka; ahi = kb; (void)ga; (void)gb; (void)rk0; (void)rk1;",
+            ),
+            (
+                "alo.z = -rtf32(ka.z * rk0 * cake_ex2(ga.z)); alo.w = -rtf32(ka.w * rk0 * cake_ex2(ga.w));",
+                "",
+            ),
+            (
+                "ahi.x = -rtf32(kb.x * rk1 * cake_ex2(gb.x)); ahi.y = -rtf32(kb.y * rk1 * cake_ex2(gb.y));",
+                "",
+            ),
+            (
+                "ahi.z = -rtf32(kb.z * rk1 * cake_ex2(gb.z)); ahi.w = -rtf32(kb.w * rk1 * cake_ex2(gb.w));",
+                "",
+            ),
+        ],
+        # phase 2's B operand (dVn) taken unrounded (the tensor core truncates it): the bound on a
+        # rounded copy of dVn made once (session 40's candidate 1, its other half)
+        "nodvnr": [
+            (
+                "mma_k16(acc[ni], alo, ahi, r4(ldt4_at<128>(RC, bq[ni][0], bq[ni][1], kp)));",
+                "mma_k16(acc[ni], alo, ahi, ldt4_at<128>(RC, bq[ni][0], bq[ni][1], kp));",
+            )
+        ],
         # the copies' waits left out one at a time (wrong data, the same traffic): how much of
         # each copy's landing the block waits for. S_c at the end of phase 2; group 2 (k, dO, q,
         # Akk, rq, rk) before phase 3a; dS_end's second half in phase 5
