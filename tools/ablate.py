@@ -790,21 +790,12 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         # column-quarter warps (session 40's candidate 1; forming it once keeps ~a quarter)
         "nokg": [
             (
-                "alo.x = -rtf32(ka.x * rk0 * cake_ex2(ga.x)); alo.y = -rtf32(ka.y * rk0 * cake_ex2(ga.y));",
+                "alo.x = -rtf32(ka.x * rk0 * cake_ex2(ga.x)); alo.y = -rtf32(ka.y * rk0 * cake_ex2(ga.y));\n"
+                "            alo.z = -rtf32(ka.z * rk0 * cake_ex2(ga.z)); alo.w = -rtf32(ka.w * rk0 * cake_ex2(ga.w));\n"
+                "            ahi.x = -rtf32(kb.x * rk1 * cake_ex2(gb.x)); ahi.y = -rtf32(kb.y * rk1 * cake_ex2(gb.y));\n"
+                "            ahi.z = -rtf32(kb.z * rk1 * cake_ex2(gb.z)); ahi.w = -rtf32(kb.w * rk1 * cake_ex2(gb.w));",
                 "alo = ka; ahi = kb; (void)ga; (void)gb; (void)rk0; (void)rk1;",
-            ),
-            (
-                "alo.z = -rtf32(ka.z * rk0 * cake_ex2(ga.z)); alo.w = -rtf32(ka.w * rk0 * cake_ex2(ga.w));",
-                "",
-            ),
-            (
-                "ahi.x = -rtf32(kb.x * rk1 * cake_ex2(gb.x)); ahi.y = -rtf32(kb.y * rk1 * cake_ex2(gb.y));",
-                "",
-            ),
-            (
-                "ahi.z = -rtf32(kb.z * rk1 * cake_ex2(gb.z)); ahi.w = -rtf32(kb.w * rk1 * cake_ex2(gb.w));",
-                "",
-            ),
+            )
         ],
         # phase 2's B operand (dVn) taken unrounded (the tensor core truncates it): the bound on a
         # rounded copy of dVn made once (session 40's candidate 1, its other half)
