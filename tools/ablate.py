@@ -402,14 +402,16 @@ _CHUNK_HALF_4 = _CHUNK_HALF_QA + [
     (_KD_ST, "if (d < 64) " + _KD_ST),
     (_W_ST, "if (!isW || mi < 2) {" + _W_ST + "}"),
 ]
-_STATE_QA = [
-    ("Qg + ((long long)ci * H + h) * 8192, 32768", "Qg + ((long long)ci * H + h) * 8192, 16384"),
-    ("Aqk + ((long long)ci * H + h) * 4096, 16384", "Aqk + ((long long)ci * H + h) * 4096, 8192"),
-]
-_STATE_WK = [
-    ("W + ((long long)ci * H + h) * 8192, 32768", "W + ((long long)ci * H + h) * 8192, 16384"),
-    ("Kd + ((long long)ci * H + h) * 8192, 32768", "Kd + ((long long)ci * H + h) * 8192, 16384"),
-]
+
+
+def _state_half(tile: str, floats: int) -> tuple[str, str]:
+    """kda_fwd_state's bulk copy of one [c, h] tile of `floats` fp32 values, at half its bytes."""
+    at = f"{tile} + ((long long)ci * H + h) * {floats}, "
+    return at + str(4 * floats), at + str(2 * floats)
+
+
+_STATE_QA = [_state_half("Qg", 8192), _state_half("Aqk", 4096)]
+_STATE_WK = [_state_half("W", 8192), _state_half("Kd", 8192)]
 _BS_QG = "cake_cp_async16(Qs + sQ + sj, Qg + base + gI + gj, 16);"
 _BS_W = "cake_cp_async16(Ws + sW + sj, W + base + gI + gj, 16);"
 _BS_AQK = "cake_cp_async16(As + sA + 2048 * (j & 1) + 32 * (j >> 1),"
