@@ -279,3 +279,31 @@ def test_bench_seeds_the_triton_cache_with_kept_autotuning_results_without_overw
     assert (cache / "def" / "kernel.autotune.json").read_text() == '{"configs": "newer"}'
     assert not (cache / "README.md").exists()
     assert seed_triton_cache(cache, tmp_path / "absent") == 0
+
+
+def test_phase6_block_reference_form_matches_the_twin_at_the_kernel_rounding():
+    """tools/phase6_model.py's block-reference form of kda_bwd_chunk phase 6 (docs/bwd-chunk-
+    structure.md, session 53) and its model of today's form: each within 2e-6 of the float64 twin
+    fed the same TF32 dA in every gate regime (a wrong reference, mask or select is O(1) off), and
+    both at the TF32 dA floor (~2e-4) against the exact twin."""
+    from phase6_model import F64, chunk_inputs, phase6, rel, tf32
+
+    for regime in ("mixed", "fast", "raw-lb5"):
+        gen = torch.Generator().manual_seed(7)
+        q, k, dA1, dA2, G = chunk_inputs(regime, 2, gen)
+        ref = phase6(q, k, dA1, dA2, G, None)
+        ref_t = phase6(q, k, tf32(dA1).to(F64), tf32(dA2).to(F64), G, None)
+        for form in ("current", "blockref"):
+            out = phase6(q, k, dA1, dA2, G, form)
+            for name in ("dq", "dk", "dg"):
+                assert rel(out[name], ref_t[name]) < 2e-6, (regime, form, name)
+                assert 1e-4 < rel(out[name], ref[name]) < 4e-4, (regime, form, name)
+
+
+def test_phase6_model_tf32_rounds_to_nearest_even():
+    from phase6_model import tf32
+
+    one = 1.0
+    ulp = 2.0**-10  # TF32's spacing at 1
+    x = torch.tensor([one + ulp / 2, one + 1.5 * ulp, one + 0.49 * ulp, -(one + 0.51 * ulp)])
+    assert tf32(x).tolist() == [one, one + 2 * ulp, one, -(one + ulp)]

@@ -309,6 +309,61 @@ _FUSED_BWD = {
         ),
     ],
 }
+# kda_bwd_chunk phase 6's B operands read as (hi, lo) words instead of formed per warp: (c) the
+# diagonal block's three pairs, (a) the row terms' k pair, (b) the column terms' q and k pairs
+_FORM6_C = (
+    "                        cake_split_tf32(ku * cake_ex2(gr - gu), e4(bkh, e), e4(bkl, e));\n"
+    "                        cake_split_tf32(qu * f, e4(bqh, e), e4(bql, e));\n"
+    "                        cake_split_tf32(ku * f, e4(bch, e), e4(bcl, e));"
+)
+_FORM6_A = (
+    "cake_split_tf32(cake_bf16_to_f32(kJ[kq[n][e]]) * rkf(j) * cake_ex2(gr - gJ[gq[n][e & 1]"
+    " + 128 * e]), e4(bh, e), e4(bl, e));"
+)
+_FORM6_B = (
+    "                            const float f = cake_ex2(gI[gq[n][e & 1] + 128 * e] - ge);\n"
+    "                            cake_split_tf32(cake_bf16_to_f32(qI[bq[n][e]]) * rqf(i) * f, e4(bqh, e), e4(bql, e));\n"
+    "                            cake_split_tf32(cake_bf16_to_f32(kI[bq[n][e]]) * rkf(i) * f, e4(bkh, e), e4(bkl, e));"
+)
+
+
+def _words(base: str, *outs: str) -> str:
+    """Each (hi, lo) output a load from G's tile at `base` XOR a distinct 4-word offset."""
+    return " ".join(f"{o} = {base} ^ {4 * n}];" for n, o in enumerate(outs))
+
+
+_NO_FORM6_PARTS = {
+    "noform6c": [
+        (
+            _FORM6_C,
+            "                        (void)ku; (void)qu; (void)f; (void)gr; "
+            + _words(
+                "gR[(gq0 + 128 * e)",
+                *(f"e4({b}, e)" for b in ("bkh", "bkl", "bqh", "bql", "bch", "bcl")),
+            ),
+        )
+    ],
+    "noform6a": [
+        (
+            _FORM6_A,
+            "(void)j; (void)gr; " + _words("gJ[(gq[n][e & 1] + 128 * e)", "e4(bh, e)", "e4(bl, e)"),
+        )
+    ],
+    "noform6b": [
+        (
+            _FORM6_B,
+            "                            (void)ge; (void)i; "
+            + _words(
+                "gI[(gq[n][e & 1] + 128 * e)",
+                *(f"e4({b}, e)" for b in ("bqh", "bql", "bkh", "bkl")),
+            ),
+        )
+    ],
+}
+_NO_FORM6 = {
+    **_NO_FORM6_PARTS,
+    "noform6": [patch for patches in _NO_FORM6_PARTS.values() for patch in patches],
+}
 _BWD_FORM_ABLATIONS = {
     "gate-sigmoid.x-fp32.l2n-off": {"nodx": _NO_DX, "nox": _NO_X, "noend": _NO_END},
     "gate-g.l2n-fused": _FUSED_BWD,
@@ -756,7 +811,11 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
     },
     # kda_bwd_chunk's L2 prefetches (dS_end in phase 0; the raw gate input x in phase 6) left out
     **{
-        f"bwd_chunk.{form}.sm_90a": {"nopf": NO_PREFETCH, **_BWD_FORM_ABLATIONS.get(form, {})}
+        f"bwd_chunk.{form}.sm_90a": {
+            "nopf": NO_PREFETCH,
+            **_BWD_FORM_ABLATIONS.get(form, {}),
+            **_NO_FORM6,
+        }
         for form in (
             "gate-sigmoid.x-fp32.l2n-off",
             "gate-sigmoid.x-fp32.l2n-fused",
@@ -915,6 +974,11 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
         ],
         # every ex2 of the program as the identity (the MUFU pipe's share, at most; values garbage)
         "noex2": [("NOOP:", "#define cake_ex2(x) (x)")],
+        # phase 6's gated B operands not formed per warp (bf16 loads, scales, ex2, hi + lo splits)
+        # but read as hi / lo words from shared memory (G's tile: values garbage, finite), two
+        # scalar loads an element: the bound on forming them once a block into shared tiles
+        # (docs/bwd-chunk-structure.md, session 53), apart from that one formation pass
+        **_NO_FORM6,
     },
 }
 
