@@ -1,7 +1,8 @@
 """kda_bwd_chunk phase 6 (the intra-chunk terms of dAqk and dAkk) in two forms, with the kernel's
 roundings emulated, against the float64 twin (tests/kda_chunk_bwd.py): the numerics of the
-block-reference form sized in docs/bwd-chunk-structure.md (session 53) before any kernel of it is
-built.
+block-reference form sized in docs/bwd-chunk-structure.md (session 53; not built: it moves the
+per-block-pair elementwise work instead of removing it), and a model of today's form to compare
+any later form of phase 6 against.
 
   current  as kda_bwd_chunk computes today: row terms of row block I against source blocks J < I
            with I's first row as reference (B = k_J e^(G_r - G_J), formed per output block),
