@@ -73,12 +73,10 @@ def wide(G: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
     return span >= KFAST_SPAN
 
 
-def exact_diag(dP: torch.Tensor, x: torch.Tensor, G: torch.Tensor, b0: int, b1: int, col: bool):
-    """The diagonal block's terms in float64 (the kernel's elementwise fallback)."""
+def exact_diag(dP: torch.Tensor, x: torch.Tensor, G: torch.Tensor, b0: int, b1: int):
+    """The diagonal block's row terms in float64 (the kernel's elementwise fallback)."""
     Ed = _diag_decays(G[:, b0:b1].to(F64))[0]
     d = dP[:, b0:b1, b0:b1].to(F64)
-    if col:
-        return torch.einsum("hij,hid,hijd->hjd", d, x[:, b0:b1].to(F64), Ed)
     return torch.einsum("hij,hjd,hijd->hid", d, x[:, b0:b1].to(F64), Ed)
 
 
@@ -109,40 +107,19 @@ def row_terms(dP, b, G, form: str) -> torch.Tensor:  # noqa: ANN001
                 if bi == bj:
                     term = torch.where(w, 0.0, term)
                 out[:, i0:i1] += term
-        out[:, j0:j1] += torch.where(w, exact_diag(dP, b, G, j0, j1, False), 0.0).to(F32)
+        out[:, j0:j1] += torch.where(w, exact_diag(dP, b, G, j0, j1), 0.0).to(F32)
     return out
 
 
 def col_terms(dP, a, G, form: str) -> torch.Tensor:  # noqa: ANN001
-    """out_j = sum_{i >= j} dP_ij a_i e^(G_i - G_j) (dP lower triangular) in `form`."""
-    H, L, K = a.shape
-    out = torch.zeros(H, L, K, dtype=F32)
-    g32 = G.to(F32)
-    dPt = dP.transpose(-1, -2)
-    for bi, (i0, i1) in enumerate(_blocks(L)):
-        w = wide(G, i0, i1)
-        if form == "blockref":
-            s = i0  # one B tile for every column block at or before I
-            Bt = a[:, i0:i1] * torch.exp(g32[:, i0:i1] - g32[:, s : s + 1])
-            P = product(dPt[:, :, i0:i1], Bt)
-            f = torch.exp(g32[:, s : s + 1] - g32)
-            f = torch.where(torch.arange(L)[None, :, None] < i1, f, 0.0)  # columns after I: 0
-            f[:, i0:i1] = torch.where(w, 0.0, f[:, i0:i1])
-            out += torch.where(f != 0, f * P, 0.0)
-        else:
-            for bj, (j0, j1) in enumerate(_blocks(L)):
-                if bj > bi:
-                    continue
-                e = j1 - 1  # the output block's last row
-                Bt = a[:, i0:i1] * torch.exp(g32[:, i0:i1] - g32[:, e : e + 1])
-                P = product(dPt[:, j0:j1, i0:i1], Bt)
-                f = torch.exp(g32[:, e : e + 1] - g32[:, j0:j1])
-                term = f * P
-                if bi == bj:
-                    term = torch.where(w, 0.0, term)
-                out[:, j0:j1] += term
-        out[:, i0:i1] += torch.where(w, exact_diag(dP, a, G, i0, i1, True), 0.0).to(F32)
-    return out
+    """out_j = sum_{i >= j} dP_ij a_i e^(G_i - G_j) (dP lower triangular) in `form`: the row terms
+    of the mirrored chunk (rows reversed, dP transposed, G negated: still a decreasing cumsum), so
+    each form's references mirror too (the column terms' first row of a source block, last row of
+    an output block). Full chunks only: the mirror keeps the 16-row blocks when L % 16 == 0."""
+    assert a.shape[1] % BLOCK == 0, "col_terms mirrors whole 16-row blocks"
+    rev = [1]
+    out = row_terms(dP.transpose(-1, -2).flip(1, 2), a.flip(rev), -G.flip(rev), form)
+    return out.flip(rev)
 
 
 def phase6(q, k, dA1, dA2, G, form: str | None) -> dict[str, torch.Tensor]:  # noqa: ANN001
