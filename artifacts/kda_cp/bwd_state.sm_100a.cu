@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_100a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_100a
-// identity: sha256:1da605b00f425b3510b2888210933551cb26087569e5be2187e0f47ced534e79
+// identity: sha256:4ca8de9a5c9d65ab2a6becdec5ba076bdaad3741a0cc5a9c532b10f49eed24f0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_103a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_103a
-// identity: sha256:d121708b72f95e5980db81c289669e20f370f6172d4f873b9e4716fb5bb728ff
+// identity: sha256:ab8c09aec4e63fbe56dcd02930476ec2a64f86f77fe08637819e13f7423df9d0
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_107a by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_107a
-// identity: sha256:14ebcd1bf3d8ad79f3fdac151e7ca7426d3696f001c932f59e1c125ae6de5c79
+// identity: sha256:0f4aef9db072255b5d3b64b1ba5230d6b3dad423c1009c365a4a4a086b21d43b
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

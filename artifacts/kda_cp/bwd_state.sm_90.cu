@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // copy of kda_det.bwd_state.sm_90 by cake migrate
 // record: kda_cp/bwd_state  program: kda_cp.bwd_state.sm_90
-// identity: sha256:95b3eea1683a68c6bb32f4bdfae999afacbdde3a14dde4e987b5fcff7303be02
+// identity: sha256:93bd14ee9ae0bfe9dbb1cf6579e5722038c3b7319765ce12054481067ba27604
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

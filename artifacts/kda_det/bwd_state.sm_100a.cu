@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_100a
-// identity: sha256:d96827ec4194dce4e4c16969138f261a4dbe5bd574c29cbf281f48b88b03262b
+// identity: sha256:3aea4c4b7d80041964a3a1500be467890edc1996bbd5425f665f5521ef73c48a
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_103a
-// identity: sha256:22b8a709ff7180729319085b69641addb70140f54aa30960b501012bb9864d41
+// identity: sha256:8c3daa3d9ca220bf8e56092461a711808bf84e5d000757d8c70696543586101d
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

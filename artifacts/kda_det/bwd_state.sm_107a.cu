@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_107a
-// identity: sha256:b5bd9e65ead415e083cb4207ea8166e9d186d0bf274f36b13ede79e89dbf2e56
+// identity: sha256:c8a0b4f603e81c49b764f4d1913396cdd3b5ffdf1eac7862c76bee80b00a1605
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

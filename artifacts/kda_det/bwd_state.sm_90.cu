@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90
-// identity: sha256:2d6852c38535fec6615bc0293b8b2a96d48f2efd7134770dff4b0a2297480664
+// identity: sha256:6641d2150cf666f62f51b060de6cbb5f67b4e12ba86f75fbc83079d341bf64b3
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.

@@ -1,7 +1,7 @@
 // GENERATED FILE, DO NOT EDIT.
 // generator: cake render from generators/templates/kda/bwd_state.cu.j2
 // record: kda_det/bwd_state  program: kda_det.bwd_state.sm_90a
-// identity: sha256:bc9c1dc39d7c393284e3b5a4ca333200fb6123a6ae7e97d06eaa2b219dc3ff4d
+// identity: sha256:38a1aef330f831c348901dd1bb7b243c97d7a38105a68c2f6fee4b2c05ae5af9
 // ---- begin cake/bf16.cuh ----
 
 // bf16 is the top half of an fp32, so widening is a shift: exact and free of toolkit headers.
@@ -345,11 +345,15 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     float* As = Ks + 128 * 64;                   // Aqk  [64][64]          (A, gathered)
     float* Qs = As + 64 * 64;                    // Qg   [64 tok][128 d]   (A, gathered)
     float* Ws = Qs + 64 * 128;                   // W    [64 tok][128 d]   (A, gathered)
-    float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]    (B, wgmma layout)
-    float* St = Ot + 64 * 64;                    // dS^T [64 v][128 d], TF32 (B)
+    float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]    (B, wgmma layout), two
+                                                 // buffers: a chunk's, the next one's (converted ahead)
+    float* St = Ot + 2 * 64 * 64;                // dS^T [64 v][128 d], TF32 (B)
     float* Vt = St + 64 * 128;                   // -dVn^T [64 v][64 tok], TF32 (B)
     float* Gs = Vt + 64 * 64;                    // gl [128]
     unsigned short* Or = reinterpret_cast<unsigned short*>(Gs + 128);  // dO staging [64 tok][64 v] bf16
+    // Phase A's partial sums exchanged between the warpgroups: [2 senders][4][128 threads][4] floats,
+    // 64 bytes past the dO staging (the bulk form's two mbarriers lie there; both forms alike).
+    float* Xs = reinterpret_cast<float*>(Or + 64 * 64) + 16;
     // wgmma descriptors' low words from one shared-memory address (cake_wg_desc_at: one add a step)
     const unsigned int dsm = cake_wg_desc_lo(cake_smem_addr(smem));
     auto dlo = [&](const float* tile) { return dsm + (unsigned int)((tile - Ks) >> 2); };
@@ -451,6 +455,31 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     // dO conversion: staging chunk (tid & 63, tid >> 6) (+ 4: ^ 32); dO^T rows 8 (tid >> 6) + j
     // (row % 8 = j flips chunk bits: ^ 4j), column tid & 63.
     const int oR = cake_opaque(at_or(tid & 63, tid >> 6)), oT = cake_opaque(cake_wg_idx<64>(8 * (tid >> 6), tid & 63));
+    // dO (bf16, rows >= L already zero) -> dO^T fp32 in the wgmma layout (bf16 is exact in TF32), into
+    // buffer b: the staging tile's copy waited for by every thread, then a barrier, before the call.
+    auto convert_do = [&](int b) {
+        float* const dst = Ot + 4096 * b;
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            const uint4 p = *reinterpret_cast<const uint4*>(Or + (oR ^ (32 * x)));
+            const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                dst[(oT ^ (8 * e)) + 64 * e + 1024 * x] = cake_bf16_lo(w4[e]);
+                dst[(oT ^ (8 * e + 4)) + 64 * e + 32 + 1024 * x] = cake_bf16_hi(w4[e]);
+            }
+        }
+    };
+    // The wait for a chunk's dO copy: the cp.async form's group A (group B, committed after it, may
+    // stay in flight); the bulk form's only cp.async group.
+    auto wait_do = [&]() {
+        cake_cp_async_wait<1>();
+    };
+    if (nc > 0) {  // the first chunk's dO^T (each later one's is converted while phase B runs)
+        wait_do();
+        __syncthreads();
+        convert_do(0);
+    }
     // -dVn^T element (row vw + 8 (x >> 2) + 2t + (x & 1), column row_of(x)), dVn (row_of(0), vw + 2t).
     const int vw = 32 * __shfl_sync(0xffffffff, wg, 0);  // warp-uniform to ptxas: phase A's descriptors
     const int vT0 = cake_opaque(cake_wg_idx<64>(vw + 2 * t, 16 * w + g)), vT1 = cake_opaque(cake_wg_idx<64>(vw + 2 * t + 1, 16 * w + g));
@@ -460,43 +489,46 @@ extern "C" __global__ void __launch_bounds__(256, 1) kda_bwd_state(
     for (int i = nc - 1; i >= 0; --i) {
         const int ci = c0 + i;
         const long long wsi = (long long)ci * H + h;
-        cake_cp_async_wait<1>();  // group A of this chunk (group B may still be in flight)
-        __syncthreads();
-        // dO (bf16, rows >= L already zero) -> dO^T fp32 in the wgmma layout (bf16 is exact in TF32).
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-            const uint4 p = *reinterpret_cast<const uint4*>(Or + (oR ^ (32 * x)));
-            const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                Ot[(oT ^ (8 * e)) + 64 * e + 1024 * x] = cake_bf16_lo(w4[e]);
-                Ot[(oT ^ (8 * e + 4)) + 64 * e + 32 + 1024 * x] = cake_bf16_hi(w4[e]);
-            }
-        }
+        // this chunk's dO^T buffer (and the mbarriers' phase); its copy group was waited for before
+        // its dO^T was converted (before the loop, or in the chunk before's phase-B shadow)
+        const int b = (nc - 1 - i) & 1;
+        const float* const Oc = Ot + 4096 * b;
         cake_fence_proxy_async();  // dO^T and dS^T (generic stores) -> wgmma's reads
         __syncthreads();
 
-        // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values), warpgroup wg its 32 value
-        // columns 32 wg + [0, 32) (m64n32: the same k steps per element as one m64n64 product).
+        // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values), split over the reduction: the
+        // warpgroups gather the same A rows (all 64 tokens), so each takes 12 of the 24 k8 steps at
+        // n64 (warpgroup 0: Aqk's 8 and Kd's first 4; warpgroup 1: Kd's last 12), and the partial
+        // sums P0, P1 meet in shared memory: dVn = P0 + P1, warpgroup wg keeping value columns
+        // 32 wg + [0, 32). Half the gathered steps on each warpgroup's chain (their register-A
+        // gathers are kda_bwd_state's largest stall: docs/notes.md, session 51 §2).
         // The gradient of this chunk's END state goes out first: dS (a wgmma accumulator) read
         // between phase A's issue and its wait made ptxas inject a wait there (C7517).
         if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
-        float acc[16];
+        float part[32];
 #pragma unroll
-        for (int x = 0; x < 16; ++x) acc[x] = 0.f;
+        for (int x = 0; x < 32; ++x) part[x] = 0.f;
         cake_wgmma_fence();
+        // Fully unrolled: ptxas then loads each step's A fragment ahead of the wgmma before it;
+        // unrolled by 4, each group's first wgmma waited on its gathers (docs/notes.md, session 32:
+        // kda_bwd_state -1.1..-1.5 %).
+        if (vw == 0) {
 #pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            unsigned int a[4];
-afrag(As, 64, 0, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(Ot), vw, s), s > 0);
-        }
-        // Fully unrolled: ptxas then loads each step's A fragment ahead of the wgmma before it
-        // (237 registers); unrolled by 4, each group's first wgmma waited on its gathers
-        // (docs/notes.md, session 32: kda_bwd_state -1.1..-1.5 %).
+            for (int s = 0; s < 8; ++s) {
+                unsigned int a[4];
+afrag(As, 64, 0, s, a);                cake_wgmma_n64_rs(part, a, cake_wg_desc_at<64>(dlo(Oc), 0, s), s > 0);
+            }
 #pragma unroll
-        for (int s = 0; s < 16; ++s) {
-            unsigned int a[4];
-afrag(Ks, 64, 0, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(St), vw, s), 1);
+            for (int s = 0; s < 4; ++s) {
+                unsigned int a[4];
+afrag(Ks, 64, 0, s, a);                cake_wgmma_n64_rs(part, a, cake_wg_desc_at<64>(dlo(St), 0, s), 1);
+            }
+        } else {
+#pragma unroll
+            for (int s = 4; s < 16; ++s) {
+                unsigned int a[4];
+afrag(Ks, 64, 0, s, a);                cake_wgmma_n64_rs(part, a, cake_wg_desc_at<64>(dlo(St), 0, s), s > 4);
+            }
         }
         cake_wgmma_commit();
         // Ks / As / Or are read into registers by the time the products issue (register A, dO
@@ -505,6 +537,40 @@ afrag(Ks, 64, 0, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>
         if (i > 0) issue_a(ci - 1);
         cake_cp_async_commit();
         cake_wgmma_wait<0>();
+        // The exchange: each thread sends the half of its partial the other warpgroup keeps (its
+        // elements x of columns 32 (1 - wg) + ..) to the thread of the same place there, as float4s
+        // (a warp's store: 512 contiguous bytes), and adds the half it keeps, P0 first.
+        float acc[16];
+        {
+            float4* const xs = reinterpret_cast<float4*>(Xs) + (tid & 127);
+            if (vw == 0) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) xs[128 * q] = make_float4(part[16 + 4 * q], part[17 + 4 * q], part[18 + 4 * q], part[19 + 4 * q]);
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) xs[512 + 128 * q] = make_float4(part[4 * q], part[4 * q + 1], part[4 * q + 2], part[4 * q + 3]);
+            }
+            __syncthreads();
+            if (vw == 0) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float4 r = xs[512 + 128 * q];  // P1 of columns 0-31
+                    acc[4 * q] = part[4 * q] + r.x;
+                    acc[4 * q + 1] = part[4 * q + 1] + r.y;
+                    acc[4 * q + 2] = part[4 * q + 2] + r.z;
+                    acc[4 * q + 3] = part[4 * q + 3] + r.w;
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float4 r = xs[128 * q];  // P0 of columns 32-63
+                    acc[4 * q] = r.x + part[16 + 4 * q];
+                    acc[4 * q + 1] = r.y + part[17 + 4 * q];
+                    acc[4 * q + 2] = r.z + part[18 + 4 * q];
+                    acc[4 * q + 3] = r.w + part[19 + 4 * q];
+                }
+            }
+        }
         {
             float* out = dVn + wsi * 8192 + vb * 64 + oV;
 #pragma unroll
@@ -526,7 +592,7 @@ afrag(Ks, 64, 0, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             unsigned int a[4];
-afrag(Qs, 128, kd0, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Ot), 0, s), 1);
+afrag(Qs, 128, kd0, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Oc), 0, s), 1);
         }
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
@@ -537,8 +603,15 @@ afrag(Ws, 128, kd0, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64
         // Qs / Ws / Gs read (register A, S scaled): the next chunk's group B is copied while
         // phase B runs (docs/notes.md, session 31: bwd_state -2.3..-4.1 %)
         __syncthreads();
-        if (i > 0) issue_b(ci - 1);
-        cake_cp_async_commit();
+        if (i > 0) {
+            issue_b(ci - 1);
+            cake_cp_async_commit();
+            // the next chunk's dO^T into the other buffer while phase B runs (it took a barrier
+            // and the conversion at the top of every chunk: off the chain here)
+            wait_do();
+            __syncthreads();
+            convert_do(b ^ 1);
+        }
         cake_wgmma_wait<0>();
         store_st();  // read by the next chunk's phase A after its fence and barriers
     }
@@ -571,11 +644,15 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
     float* As = Ks + 128 * 64;                   // Aqk  [64][64]          (A, gathered)
     float* Qs = As + 64 * 64;                    // Qg   [64 tok][128 d]   (A, gathered)
     float* Ws = Qs + 64 * 128;                   // W    [64 tok][128 d]   (A, gathered)
-    float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]    (B, wgmma layout)
-    float* St = Ot + 64 * 64;                    // dS^T [64 v][128 d], TF32 (B)
+    float* Ot = Ws + 64 * 128;                   // dO^T [64 v][64 tok]    (B, wgmma layout), two
+                                                 // buffers: a chunk's, the next one's (converted ahead)
+    float* St = Ot + 2 * 64 * 64;                // dS^T [64 v][128 d], TF32 (B)
     float* Vt = St + 64 * 128;                   // -dVn^T [64 v][64 tok], TF32 (B)
     float* Gs = Vt + 64 * 64;                    // gl [128]
     unsigned short* Or = reinterpret_cast<unsigned short*>(Gs + 128);  // dO staging [64 tok][64 v] bf16
+    // Phase A's partial sums exchanged between the warpgroups: [2 senders][4][128 threads][4] floats,
+    // 64 bytes past the dO staging (the bulk form's two mbarriers lie there; both forms alike).
+    float* Xs = reinterpret_cast<float*>(Or + 64 * 64) + 16;
     // transaction mbarriers of the bulk copies: group A (Kd^T, Aqk), group B (Qg, W, gl)
     unsigned long long* const mbA = reinterpret_cast<unsigned long long*>(Or + 64 * 64);
     unsigned long long* const mbB = mbA + 1;
@@ -681,6 +758,31 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
     // dO conversion: staging chunk (tid & 63, tid >> 6) (+ 4: ^ 32); dO^T rows 8 (tid >> 6) + j
     // (row % 8 = j flips chunk bits: ^ 4j), column tid & 63.
     const int oR = cake_opaque(at_or(tid & 63, tid >> 6)), oT = cake_opaque(cake_wg_idx<64>(8 * (tid >> 6), tid & 63));
+    // dO (bf16, rows >= L already zero) -> dO^T fp32 in the wgmma layout (bf16 is exact in TF32), into
+    // buffer b: the staging tile's copy waited for by every thread, then a barrier, before the call.
+    auto convert_do = [&](int b) {
+        float* const dst = Ot + 4096 * b;
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+            const uint4 p = *reinterpret_cast<const uint4*>(Or + (oR ^ (32 * x)));
+            const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                dst[(oT ^ (8 * e)) + 64 * e + 1024 * x] = cake_bf16_lo(w4[e]);
+                dst[(oT ^ (8 * e + 4)) + 64 * e + 32 + 1024 * x] = cake_bf16_hi(w4[e]);
+            }
+        }
+    };
+    // The wait for a chunk's dO copy: the cp.async form's group A (group B, committed after it, may
+    // stay in flight); the bulk form's only cp.async group.
+    auto wait_do = [&]() {
+        cake_cp_async_wait<0>();
+    };
+    if (nc > 0) {  // the first chunk's dO^T (each later one's is converted while phase B runs)
+        wait_do();
+        __syncthreads();
+        convert_do(0);
+    }
     // -dVn^T element (row vw + 8 (x >> 2) + 2t + (x & 1), column row_of(x)), dVn (row_of(0), vw + 2t).
     const int vw = 32 * __shfl_sync(0xffffffff, wg, 0);  // warp-uniform to ptxas: phase A's descriptors
     const int vT0 = cake_opaque(cake_wg_idx<64>(vw + 2 * t, 16 * w + g)), vT1 = cake_opaque(cake_wg_idx<64>(vw + 2 * t + 1, 16 * w + g));
@@ -690,45 +792,48 @@ __device__ __forceinline__ void bwd_state_bulk_pass(
     for (int i = nc - 1; i >= 0; --i) {
         const int ci = c0 + i;
         const long long wsi = (long long)ci * H + h;
-        const int ph = (nc - 1 - i) & 1;  // the mbarriers' phase of this chunk
-        cake_cp_async_wait<0>();  // dO of this chunk
-        __syncthreads();
-        // dO (bf16, rows >= L already zero) -> dO^T fp32 in the wgmma layout (bf16 is exact in TF32).
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-            const uint4 p = *reinterpret_cast<const uint4*>(Or + (oR ^ (32 * x)));
-            const unsigned int w4[4] = {p.x, p.y, p.z, p.w};
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                Ot[(oT ^ (8 * e)) + 64 * e + 1024 * x] = cake_bf16_lo(w4[e]);
-                Ot[(oT ^ (8 * e + 4)) + 64 * e + 32 + 1024 * x] = cake_bf16_hi(w4[e]);
-            }
-        }
+        // this chunk's dO^T buffer (and the mbarriers' phase); its copy group was waited for before
+        // its dO^T was converted (before the loop, or in the chunk before's phase-B shadow)
+        const int b = (nc - 1 - i) & 1;
+        const int ph = b;
+        const float* const Oc = Ot + 4096 * b;
         cake_fence_proxy_async();  // dO^T and dS^T (generic stores) -> wgmma's reads
         __syncthreads();
 
-        // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values), warpgroup wg its 32 value
-        // columns 32 wg + [0, 32) (m64n32: the same k steps per element as one m64n64 product).
+        // Phase A: dVn = Aqk^T dO + Kd dS (64 tokens x 64 values), split over the reduction: the
+        // warpgroups gather the same A rows (all 64 tokens), so each takes 12 of the 24 k8 steps at
+        // n64 (warpgroup 0: Aqk's 8 and Kd's first 4; warpgroup 1: Kd's last 12), and the partial
+        // sums P0, P1 meet in shared memory: dVn = P0 + P1, warpgroup wg keeping value columns
+        // 32 wg + [0, 32). Half the gathered steps on each warpgroup's chain (their register-A
+        // gathers are kda_bwd_state's largest stall: docs/notes.md, session 51 §2).
         // The gradient of this chunk's END state goes out first: dS (a wgmma accumulator) read
         // between phase A's issue and its wait made ptxas inject a wait there (C7517).
         if (dS_end != nullptr) store_global(dS_end + wsi * 16384 + vb * 64);
         cake_mbar_wait(mbA, ph);  // Kd^T, Aqk of this chunk
-        float acc[16];
+        float part[32];
 #pragma unroll
-        for (int x = 0; x < 16; ++x) acc[x] = 0.f;
+        for (int x = 0; x < 32; ++x) part[x] = 0.f;
         cake_wgmma_fence();
+        // Fully unrolled: ptxas then loads each step's A fragment ahead of the wgmma before it;
+        // unrolled by 4, each group's first wgmma waited on its gathers (docs/notes.md, session 32:
+        // kda_bwd_state -1.1..-1.5 %).
+        if (vw == 0) {
 #pragma unroll
-        for (int s = 0; s < 8; ++s) {
-            unsigned int a[4];
-afrag(As, 64, 0, false, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(Ot), vw, s), s > 0);
-        }
-        // Fully unrolled: ptxas then loads each step's A fragment ahead of the wgmma before it
-        // (237 registers); unrolled by 4, each group's first wgmma waited on its gathers
-        // (docs/notes.md, session 32: kda_bwd_state -1.1..-1.5 %).
+            for (int s = 0; s < 8; ++s) {
+                unsigned int a[4];
+afrag(As, 64, 0, false, s, a);                cake_wgmma_n64_rs(part, a, cake_wg_desc_at<64>(dlo(Oc), 0, s), s > 0);
+            }
 #pragma unroll
-        for (int s = 0; s < 16; ++s) {
-            unsigned int a[4];
-afrag(Ks, 128, 0, true, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc_at<64>(dlo(St), vw, s), 1);
+            for (int s = 0; s < 4; ++s) {
+                unsigned int a[4];
+afrag(Ks, 128, 0, true, s, a);                cake_wgmma_n64_rs(part, a, cake_wg_desc_at<64>(dlo(St), 0, s), 1);
+            }
+        } else {
+#pragma unroll
+            for (int s = 4; s < 16; ++s) {
+                unsigned int a[4];
+afrag(Ks, 128, 0, true, s, a);                cake_wgmma_n64_rs(part, a, cake_wg_desc_at<64>(dlo(St), 0, s), s > 4);
+            }
         }
         cake_wgmma_commit();
         // Ks / As / Or are read into registers by the time the products issue (register A, dO
@@ -737,6 +842,40 @@ afrag(Ks, 128, 0, true, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc
         if (i > 0) issue_a(ci - 1);
         cake_cp_async_commit();
         cake_wgmma_wait<0>();
+        // The exchange: each thread sends the half of its partial the other warpgroup keeps (its
+        // elements x of columns 32 (1 - wg) + ..) to the thread of the same place there, as float4s
+        // (a warp's store: 512 contiguous bytes), and adds the half it keeps, P0 first.
+        float acc[16];
+        {
+            float4* const xs = reinterpret_cast<float4*>(Xs) + (tid & 127);
+            if (vw == 0) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) xs[128 * q] = make_float4(part[16 + 4 * q], part[17 + 4 * q], part[18 + 4 * q], part[19 + 4 * q]);
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) xs[512 + 128 * q] = make_float4(part[4 * q], part[4 * q + 1], part[4 * q + 2], part[4 * q + 3]);
+            }
+            __syncthreads();
+            if (vw == 0) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float4 r = xs[512 + 128 * q];  // P1 of columns 0-31
+                    acc[4 * q] = part[4 * q] + r.x;
+                    acc[4 * q + 1] = part[4 * q + 1] + r.y;
+                    acc[4 * q + 2] = part[4 * q + 2] + r.z;
+                    acc[4 * q + 3] = part[4 * q + 3] + r.w;
+                }
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float4 r = xs[128 * q];  // P0 of columns 32-63
+                    acc[4 * q] = r.x + part[16 + 4 * q];
+                    acc[4 * q + 1] = r.y + part[17 + 4 * q];
+                    acc[4 * q + 2] = r.z + part[18 + 4 * q];
+                    acc[4 * q + 3] = r.w + part[19 + 4 * q];
+                }
+            }
+        }
         {
             float* out = dVn + wsi * 8192 + vb * 64 + oV;
 #pragma unroll
@@ -758,7 +897,7 @@ afrag(Ks, 128, 0, true, s, a);            cake_wgmma_n32_rs(acc, a, cake_wg_desc
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
             unsigned int a[4];
-afrag(Qs, 64, kd0, false, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Ot), 0, s), 1);
+afrag(Qs, 64, kd0, false, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_at<64>(dlo(Oc), 0, s), 1);
         }
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
@@ -769,7 +908,14 @@ afrag(Ws, 64, kd0, true, s, a);            cake_wgmma_n64_rs(S, a, cake_wg_desc_
         // Qs / Ws / Gs read (register A, S scaled): the next chunk's group B is copied while
         // phase B runs (docs/notes.md, session 31: bwd_state -2.3..-4.1 %)
         __syncthreads();
-        if (i > 0) issue_b(ci - 1);
+        if (i > 0) {
+            issue_b(ci - 1);
+            // the next chunk's dO^T into the other buffer while phase B runs (it took a barrier
+            // and the conversion at the top of every chunk: off the chain here)
+            wait_do();
+            __syncthreads();
+            convert_do(b ^ 1);
+        }
         cake_wgmma_wait<0>();
         store_st();  // read by the next chunk's phase A after its fence and barriers
     }
