@@ -263,8 +263,10 @@ def _every_fourth(*waits: str) -> list[tuple[str, str]]:
     return [(w, "if ((i & 3) == 0) " + w) for w in waits]
 
 
+# (sm_90a since session 54: the dO wait, group A's, sits in the phase-B shadow as wait_do())
 BWD_FEW_WAITS = _every_fourth(
-    "cake_cp_async_wait<1>();  // group A", "cake_cp_async_wait<1>();  // group B"
+    "wait_do();\n            __syncthreads();\n            convert_do",
+    "cake_cp_async_wait<1>();  // group B",
 )
 
 
