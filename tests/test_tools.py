@@ -6,6 +6,7 @@ runs apart from it."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -147,7 +148,7 @@ def test_every_ablation_applies_to_the_shipped_programs():
     """tools/ablate.py's text patches must each find their text in today's rendered programs (a
     template change that moves it must update the ablation, or the ablation stops ablating)."""
     import pytest
-    from ablate import ABLATIONS, HEADERS_END, apply, program_source
+    from ablate import ABLATIONS, apply, program_source
 
     root = Path(__file__).resolve().parent.parent
     for name, ablations in ABLATIONS.items():
@@ -156,10 +157,43 @@ def test_every_ablation_applies_to_the_shipped_programs():
             out = apply(src, patches)
             assert out != src, f"{name} {ab} changed nothing"
             for old, new in patches:
-                if old == "NOOP:":
-                    assert out.index(new) > out.rindex(HEADERS_END), f"{name} {ab}: {new}"
+                helper = new.split()[1].split("(")[0] if old == "NOOP:" else None
+                if helper and new in out:  # every call of the helper after its macro
+                    calls = [m.start() for m in re.finditer(rf"\b{helper}\s*\(", out)]
+                    at = out.index(new)
+                    assert calls[0] < at, f"{name} {ab}: {new}"
+                    assert all(
+                        c > at for c in calls[1:] if out.rfind("//", 0, c) < out.rfind("\n", 0, c)
+                    ), f"{name} {ab}: {new}"
     with pytest.raises(SystemExit, match="ablation text not found"):
         apply("int main() {}", [("no such text", "")])
+
+
+def test_an_ablation_macro_reaches_every_call_after_its_helper():
+    """A NOOP macro sits right after its helper's definition, so a call in a header inlined later
+    (kda_seg_fold's walk lives in cake/fold.cuh) or later in the same header is ablated too;
+    placed after the last header, as before session 55, it missed such calls and the ablation
+    timed the shipped code."""
+    from ablate import apply
+
+    def header(name: str, body: str) -> str:
+        return f"// ---- begin cake/{name} ----\n{body}\n// ---- end cake/{name} ----\n"
+
+    src = (
+        header("a.cuh", "void h(int x) {}")
+        + header("b.cuh", "void w() { h(1); }")
+        + "void k() { h(2); }\n"
+    )
+    out = apply(src, [("NOOP:", "#define h(x) ((void)0)")])
+    assert out.index("#define h(x)") < out.index("h(1)") and out.index("#define h(x)") > out.index(
+        "void h("
+    )
+    assert apply(src, [("NOOP:", "#define g(x) ((void)0)")]) == src  # a helper the program lacks
+    same = (
+        header("a.cuh", "void h(int x) { if (x) {} }\nvoid u() { h(0); }") + "void k() { h(2); }\n"
+    )
+    out = apply(same, [("NOOP:", "#define h(x) ((void)0)")])
+    assert out.index("if (x) {} }") < out.index("#define h(x)") < out.index("h(0)")
 
 
 def test_bench_speed_json_keeps_the_finished_variants_of_a_run_cut_short(monkeypatch, tmp_path):

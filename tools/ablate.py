@@ -11,8 +11,8 @@ are never used for anything but their time.
 
 An ablation is a list of (old, new) text replacements on the rendered program; every `old` must
 occur in it (the build fails otherwise, so an ablation cannot silently stop ablating). `NOOP:`
-entries are macro definitions placed after the inlined headers: a call of that helper then does
-nothing.
+entries are macro definitions placed right after the helper's definition: every call of it, in the
+program or in any inlined header, then does nothing.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-HEADERS_END = "// ---- end cake/"
 NO_PREFETCH = [("NOOP:", "#define cake_prefetch_l2(p) ((void)0)")]
 # cp.async pieces and bulk copies (a bulk copy's expected bytes become a plain arrival)
 NO_LOAD = [
@@ -986,17 +985,44 @@ ABLATIONS: dict[str, dict[str, list[tuple[str, str]]]] = {
 
 
 def apply(source: str, patches: list[tuple[str, str]]) -> str:
-    defines = [new for old, new in patches if old == "NOOP:"]
     for old, new in patches:
         if old == "NOOP:":
             continue
         if old not in source:
             raise SystemExit(f"ablation text not found: {old!r}")
         source = source.replace(old, new)
-    if defines:  # after the last inlined header, so that the program's own helpers see them too
-        at = source.index("\n", source.rindex(HEADERS_END)) + 1
-        source = source[:at] + "\n".join(defines) + "\n" + source[at:]
+    for define in [new for old, new in patches if old == "NOOP:"]:
+        source = _define_after_definition(source, define)
     return source
+
+
+def _define_after_definition(source: str, define: str) -> str:
+    """A NOOP macro placed right after its helper's definition, so that every later call sees it:
+    in the program's own code, in the headers inlined after (session 55: placed after the last
+    header, it missed kda_seg_fold's walk, which lives in cake/fold.cuh), and in the helper's own
+    header (cake_ex2's callers in cake/fmath.cuh). A helper the program does not have is left
+    alone."""
+    name = re.match(r"#define (\w+)", define)
+    assert name is not None, define
+    calls = [
+        m.start()
+        for m in re.finditer(rf"\b{name.group(1)}\s*\(", source)
+        if "//" not in source[source.rfind("\n", 0, m.start()) + 1 : m.start()]  # not in a comment
+    ]
+    if not calls:
+        return source
+    depth, i = 0, source.index("{", calls[0])  # the definition's body
+    while True:
+        depth += {"{": 1, "}": -1}.get(source[i], 0)
+        if depth == 0:
+            break
+        i += 1
+    at = source.index("\n", i) + 1
+    if any(c < at for c in calls[1:]):
+        raise SystemExit(
+            f"{name.group(1)}: a call before its definition ends: {define!r} would miss it"
+        )
+    return source[:at] + define + "\n" + source[at:]
 
 
 def program_source(tree: Path, name: str) -> str:
