@@ -6,7 +6,6 @@ runs apart from it."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -148,7 +147,7 @@ def test_every_ablation_applies_to_the_shipped_programs():
     """tools/ablate.py's text patches must each find their text in today's rendered programs (a
     template change that moves it must update the ablation, or the ablation stops ablating)."""
     import pytest
-    from ablate import ABLATIONS, apply, program_source
+    from ablate import ABLATIONS, apply, helper_calls, program_source
 
     root = Path(__file__).resolve().parent.parent
     for name, ablations in ABLATIONS.items():
@@ -157,14 +156,10 @@ def test_every_ablation_applies_to_the_shipped_programs():
             out = apply(src, patches)
             assert out != src, f"{name} {ab} changed nothing"
             for old, new in patches:
-                helper = new.split()[1].split("(")[0] if old == "NOOP:" else None
-                if helper and new in out:  # every call of the helper after its macro
-                    calls = [m.start() for m in re.finditer(rf"\b{helper}\s*\(", out)]
+                if old == "NOOP:" and new in out:  # the macro between definition and every call
+                    definition, *calls = helper_calls(out, new.split()[1].split("(")[0])
                     at = out.index(new)
-                    assert calls[0] < at, f"{name} {ab}: {new}"
-                    assert all(
-                        c > at for c in calls[1:] if out.rfind("//", 0, c) < out.rfind("\n", 0, c)
-                    ), f"{name} {ab}: {new}"
+                    assert definition < at and all(c > at for c in calls), f"{name} {ab}: {new}"
     with pytest.raises(SystemExit, match="ablation text not found"):
         apply("int main() {}", [("no such text", "")])
 

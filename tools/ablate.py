@@ -996,6 +996,16 @@ def apply(source: str, patches: list[tuple[str, str]]) -> str:
     return source
 
 
+def helper_calls(source: str, name: str) -> list[int]:
+    """Where `name(` occurs in the program outside line comments: its definition first (headers
+    define before they use), then its calls."""
+    return [
+        m.start()
+        for m in re.finditer(rf"\b{name}\s*\(", source)
+        if "//" not in source[source.rfind("\n", 0, m.start()) + 1 : m.start()]
+    ]
+
+
 def _define_after_definition(source: str, define: str) -> str:
     """A NOOP macro placed right after its helper's definition, so that every later call sees it:
     in the program's own code, in the headers inlined after (session 55: placed after the last
@@ -1004,11 +1014,7 @@ def _define_after_definition(source: str, define: str) -> str:
     alone."""
     name = re.match(r"#define (\w+)", define)
     assert name is not None, define
-    calls = [
-        m.start()
-        for m in re.finditer(rf"\b{name.group(1)}\s*\(", source)
-        if "//" not in source[source.rfind("\n", 0, m.start()) + 1 : m.start()]  # not in a comment
-    ]
+    calls = helper_calls(source, name.group(1))
     if not calls:
         return source
     depth, i = 0, source.index("{", calls[0])  # the definition's body
